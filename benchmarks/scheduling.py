@@ -1,0 +1,129 @@
+"""Karpenter's scheduling benchmark, reproduced: one NodePool, 400 synthetic instance types, N pods.
+
+    python benchmarks/scheduling.py --pods 10000 --mix diverse -o json
+    python benchmarks/scheduling.py --sizes 100,1000,10000,20000 --mix diverse
+
+Prints pods, nodes, seconds, podsPerSecond, costPerHour, lowerBoundPerHour, peakRssMiB per size (each size runs in
+its own process so peak RSS is honest), then a baseline measured in the same run: the same simulator with
+equivalence classes disabled (every pod its own class), on the smallest size, as a speed ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import subprocess
+import sys
+import time
+from typing import Any
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from controller.catalog.synthetic import benchmark_instance_types
+from controller.scheduling.pod import Pod, pod_from_dict
+from controller.scheduling.requirements import Requirements
+from controller.scheduling.simulator import Scheduler
+from controller.scheduling.types import SchedNodePool
+
+CPUS = (100, 250, 500, 1000, 1500)
+MEMS = (100, 256, 512, 1024, 2048, 4096)
+KINDS = ("plain", "zone-spread", "hostname-spread", "zone-affinity", "hostname-anti-affinity")
+ZONE = "topology.kubernetes.io/zone"
+HOST = "kubernetes.io/hostname"
+
+
+def make_pods(n: int, mix: str, seed: int = 42) -> list[dict[str, Any]]:
+    """Pod manifests as the benchmark draws them: seeded requests, five equal constraint kinds (or plain only)."""
+    rnd = random.Random(seed)
+    kinds = KINDS if mix == "diverse" else ("plain",)
+    pods = []
+    for i in range(n):
+        kind = kinds[i * len(kinds) // n] if n >= len(kinds) else kinds[i % len(kinds)]
+        labels = {"bench": kind}
+        spec: dict[str, Any] = {"containers": [{"name": "app", "resources": {"requests": {
+            "cpu": f"{rnd.choice(CPUS)}m", "memory": f"{rnd.choice(MEMS)}Mi"}}}]}
+        selector = {"matchLabels": labels}
+        if kind == "zone-spread":
+            spec["topologySpreadConstraints"] = [{"maxSkew": 1, "topologyKey": ZONE,
+                                                  "whenUnsatisfiable": "DoNotSchedule", "labelSelector": selector}]
+        elif kind == "hostname-spread":
+            spec["topologySpreadConstraints"] = [{"maxSkew": 1, "topologyKey": HOST,
+                                                  "whenUnsatisfiable": "DoNotSchedule", "labelSelector": selector}]
+        elif kind == "zone-affinity":
+            spec["affinity"] = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"topologyKey": ZONE, "labelSelector": selector}]}}
+        elif kind == "hostname-anti-affinity":
+            spec["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"topologyKey": HOST, "labelSelector": selector}]}}
+        pods.append({"metadata": {"name": f"pod-{i}", "namespace": "default", "labels": labels}, "spec": spec})
+    return pods
+
+
+def run_once(n: int, mix: str, classes: bool = True) -> dict[str, Any]:
+    """Build the inputs, time Scheduler.solve alone, and report the figures."""
+    pool = SchedNodePool("default", 0, Requirements(), [], [], {}, None, {}, benchmark_instance_types())
+    pods: list[Pod] = [pod_from_dict(d) for d in make_pods(n, mix)]
+    if not classes:
+        for i, p in enumerate(pods):
+            p.class_key = i
+    start = time.perf_counter()
+    plan = Scheduler([pool]).solve(pods)
+    seconds = time.perf_counter() - start
+    return {"pods": n, "mix": mix, "nodes": len(plan.node_claims), "unschedulable": len(plan.unschedulable),
+            "seconds": round(seconds, 3), "podsPerSecond": round(n / seconds, 1),
+            "costPerHour": round(plan.cost_per_hour, 2), "lowerBoundPerHour": round(plan.lower_bound_per_hour, 2),
+            "gap": round(plan.gap, 4),
+            "peakRssMiB": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
+
+
+def main() -> None:
+    """Run the requested sizes, each in a fresh process, then the in-run baseline."""
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--pods", type=int, default=None)
+    ap.add_argument("--sizes", default="100,1000,5000,10000,20000")
+    ap.add_argument("--mix", choices=("diverse", "plain"), default="diverse")
+    ap.add_argument("-o", "--output", choices=("json", "table"), default="table")
+    ap.add_argument("--no-baseline", action="store_true")
+    ap.add_argument("--_child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--_no_classes", action="store_true", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a._child:
+        print(json.dumps(run_once(a.pods, a.mix, classes=not a._no_classes)))
+        return
+    sizes = [a.pods] if a.pods else [int(s) for s in a.sizes.split(",")]
+
+    def child(n: int, no_classes: bool = False) -> dict[str, Any]:
+        cmd = [sys.executable, __file__, "--_child", "--pods", str(n), "--mix", a.mix]
+        out = subprocess.run(cmd + (["--_no_classes"] if no_classes else []), check=True, capture_output=True,
+                             text=True)
+        return dict(json.loads(out.stdout))
+
+    results = [child(n) for n in sizes]
+    report: dict[str, Any] = {"results": results}
+    if not a.no_baseline:
+        n = min(sizes[0], 2000)
+        base = child(n, no_classes=True)
+        ours = results[0] if sizes[0] == n else child(n)
+        report["baseline"] = {"pods": n, "description": "same simulator, equivalence classes disabled",
+                              "seconds": base["seconds"], "karpySeconds": ours["seconds"],
+                              "speedup": round(base["seconds"] / max(ours["seconds"], 1e-9), 2)}
+    if a.output == "json":
+        print(json.dumps(report if len(results) > 1 or "baseline" in report else results[0], indent=2))
+        return
+    cols = ("pods", "nodes", "unschedulable", "seconds", "podsPerSecond", "costPerHour", "lowerBoundPerHour", "gap",
+            "peakRssMiB")
+    print(f"mix: {a.mix}")
+    print("  ".join(f"{c:>14}" for c in cols))
+    for r in results:
+        print("  ".join(f"{r[c]!s:>14}" for c in cols))
+    if "baseline" in report:
+        b = report["baseline"]
+        print(f"baseline ({b['description']}, {b['pods']} pods): {b['seconds']} s vs {b['karpySeconds']} s "
+              f"-> {b['speedup']}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,169 @@
+"""karpy: the command line. Thin on purpose: each command parses its flags and delegates to the controller, infra or
+stacks packages. Heavy imports (numpy, boto3, cdktn) happen inside the commands that need them."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, NoReturn
+
+import click
+
+MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+def expand_paths(paths: tuple[str, ...]) -> list[str]:
+    """Files named on the command line, with directories expanded to the manifests directly in them (sorted, not
+    recursive, as kubectl -f does)."""
+    out: list[str] = []
+    for p in paths:
+        path = Path(p)
+        if p != "-" and path.is_dir():
+            found = sorted(str(f) for f in path.iterdir() if f.suffix in MANIFEST_SUFFIXES and f.is_file())
+            if not found:
+                raise click.UsageError(f"{p}: no .yaml, .yml or .json files in this directory")
+            out.extend(found)
+        elif p != "-" and not path.exists():
+            raise click.UsageError(f"{p}: no such file or directory")
+        else:
+            out.append(p)
+    return out
+
+
+def _fail(message: str, code: int = 1) -> NoReturn:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(code)
+
+
+def _load(files: tuple[str, ...]) -> list[Any]:
+    from controller.api.documents import DocumentError, load_documents
+
+    try:
+        return load_documents(expand_paths(files))
+    except DocumentError as e:
+        _fail(str(e))
+
+
+files_option = click.option("-f", "--filename", "files", multiple=True, required=True, metavar="FILE",
+                            help="Manifest file or directory (repeatable; '-' reads stdin).")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.version_option(package_name="karpy", prog_name="karpy")
+def main() -> None:
+    """karpy: Karpenter for AWS in Python: simulate, validate, convert, and deploy per environment."""
+
+
+@main.command()
+@files_option
+@click.option("--catalog", default="aws-us-east-1", show_default=True, metavar="NAME|FILE",
+              help="Instance catalog: a bundled name (aws-us-east-1, benchmark) or a snapshot file.")
+@click.option("-o", "--output", type=click.Choice(["table", "json", "yaml"]), default="table", show_default=True)
+def simulate(files: tuple[str, ...], catalog: str, output: str) -> None:
+    """What would Karpenter launch for these pods? An offline dry run: no cluster, no AWS account."""
+    from controller.simulate.render import render
+    from controller.simulate.run import SimulationError, simulate_documents
+
+    docs = _load(files)
+    try:
+        result = simulate_documents(docs, catalog=catalog)
+    except SimulationError as e:
+        _fail(str(e))
+    click.echo(render(result, output), nl=False)
+
+
+@main.command()
+@click.argument("pod")
+@files_option
+@click.option("--catalog", default="aws-us-east-1", show_default=True, metavar="NAME|FILE")
+def explain(pod: str, files: tuple[str, ...], catalog: str) -> None:
+    """Explain where POD (namespace/name or name) would go, or exactly why it cannot be scheduled."""
+    from controller.simulate.render import explain_pod
+    from controller.simulate.run import SimulationError, simulate_documents
+
+    docs = _load(files)
+    try:
+        result = simulate_documents(docs, catalog=catalog)
+        click.echo(explain_pod(result, pod))
+    except (SimulationError, KeyError) as e:
+        _fail(str(e.args[0]) if e.args else str(e))
+
+
+@main.command()
+@files_option
+def validate(files: tuple[str, ...]) -> None:
+    """Validate NodePools, NodeClaims and EC2NodeClasses with Karpenter's rules; every error is printed."""
+    from controller.api import validate_document
+
+    docs = _load(files)
+    errors = [err for doc in docs for err in validate_document(doc)]
+    for err in errors:
+        click.echo(str(err), err=True)
+    checked = [d for d in docs if d.kind in ("NodePool", "NodeClaim", "EC2NodeClass", "Provisioner",
+                                             "AWSNodeTemplate")]
+    if errors:
+        _fail(f"{len(errors)} error(s) in {len(checked)} Karpenter document(s)")
+    click.echo(f"{len(checked)} Karpenter document(s) valid")
+
+
+@main.command()
+@files_option
+def convert(files: tuple[str, ...]) -> None:
+    """Convert v1beta1 / v1alpha5 Karpenter manifests to v1 (YAML on stdout, what has no v1 form on stderr)."""
+    import yaml
+
+    from controller.api.convert import convert_documents
+
+    manifests, leftovers = convert_documents(_load(files))
+    click.echo(yaml.safe_dump_all(manifests, sort_keys=False), nl=False)
+    for line in leftovers:
+        click.echo(f"not converted: {line}", err=True)
+
+
+@main.command()
+def crds() -> None:
+    """Print the CustomResourceDefinitions for NodePool, NodeClaim and EC2NodeClass."""
+    from controller.api.crds import render_crds
+
+    click.echo(render_crds(), nl=False)
+
+
+@main.group()
+def catalog() -> None:
+    """Instance-type catalogs used by simulate."""
+
+
+@catalog.command("refresh")
+@click.option("--region", required=True)
+@click.option("--endpoint", default=None, help="EC2 endpoint URL (e.g. LocalStack); default is AWS itself.")
+@click.option("-o", "--output", "out", required=True, type=click.Path(dir_okay=False), help="Snapshot file to write.")
+def catalog_refresh(region: str, endpoint: str | None, out: str) -> None:
+    """Write a catalog snapshot from DescribeInstanceTypes and the offerings per zone (prices: the estimate model)."""
+    import datetime as dt
+
+    import boto3
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from controller.catalog.snapshot import snapshot_from_ec2
+
+    try:
+        count = snapshot_from_ec2(boto3.client("ec2", region_name=region, endpoint_url=endpoint), region, out,
+                                  dt.date.today().isoformat())
+    except (BotoCoreError, ClientError) as e:
+        _fail(f"EC2 {region}: {e}")
+    click.echo(f"wrote {count} instance types to {out} (prices are estimates, see `karpy catalog show`)")
+
+
+@catalog.command("show")
+@click.option("--catalog", "name", default="aws-us-east-1", show_default=True, metavar="NAME|FILE")
+def catalog_show(name: str) -> None:
+    """Summarise a catalog: region, zones, number of types, where its prices come from."""
+    from controller.catalog.snapshot import load_catalog
+
+    cat = load_catalog(name)
+    click.echo(f"catalog: {cat.name}\nregion: {cat.region}\nzones: {', '.join(cat.zones)}\n"
+               f"instance types: {len(cat.instance_types)}\nprices: {cat.price_source}\ngenerated: {cat.generated}")
+
+
+if __name__ == "__main__":
+    main()

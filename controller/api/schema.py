@@ -1,0 +1,239 @@
+"""One field schema per Karpenter kind drives three things: validation (types, enums, required fields, unknown fields
+with a did-you-mean hint), defaulting, and the openAPIV3Schema of the generated CRDs. Rules that span fields live in
+controller.api.validation."""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from controller.api.quantity import QuantityError, parse_quantity
+
+Check = Callable[[Any], str | None]  # returns an error message, or None when the value is fine
+
+
+@dataclass
+class ValidationIssue:
+    """An error at a field path (the document is added by the caller)."""
+
+    path: str
+    message: str
+
+
+@dataclass
+class Field:
+    """A node of the schema."""
+
+    type: str  # string, integer, boolean, object, array, map, quantity, int-or-string
+    description: str = ""
+    fields: dict[str, Field] = field(default_factory=dict)  # object
+    required: tuple[str, ...] = ()
+    items: Field | None = None  # array
+    values: Field | None = None  # map values
+    enum: tuple[str, ...] = ()
+    default: Any = None
+    minimum: int | None = None
+    maximum: int | None = None
+    max_items: int | None = None
+    min_items: int | None = None
+    pattern: str | None = None
+    check: Check | None = None
+    preserve_unknown: bool = False
+
+
+def S(description: str = "", **kw: Any) -> Field:
+    """A string field."""
+    return Field("string", description, **kw)
+
+
+def I(description: str = "", **kw: Any) -> Field:  # noqa: E743
+    """An integer field."""
+    return Field("integer", description, **kw)
+
+
+def B(description: str = "", **kw: Any) -> Field:
+    """A boolean field."""
+    return Field("boolean", description, **kw)
+
+
+def Q(description: str = "", **kw: Any) -> Field:
+    """A resource quantity (string or number)."""
+    return Field("quantity", description, **kw)
+
+
+def O(description: str = "", required: tuple[str, ...] = (), default: Any = None,  # noqa: E743
+      **fields: Field) -> Field:
+    """An object with known fields (`default` fills it in when absent)."""
+    return Field("object", description, fields=fields, required=required, default=default)
+
+
+def A(items: Field, description: str = "", **kw: Any) -> Field:
+    """An array."""
+    return Field("array", description, items=items, **kw)
+
+
+def M(values: Field, description: str = "", **kw: Any) -> Field:
+    """A map with string keys."""
+    return Field("map", description, values=values, **kw)
+
+
+_TYPE_NAMES = {"string": "a string", "integer": "an integer", "boolean": "true or false", "object": "an object",
+               "array": "a list", "map": "a map", "quantity": "a quantity such as 100m or 2Gi",
+               "int-or-string": "an integer or a string"}
+
+
+def validate(value: Any, schema: Field, path: str, issues: list[ValidationIssue]) -> None:
+    """Check value against schema, appending every problem found (not just the first)."""
+    t = schema.type
+    ok = {
+        "string": isinstance(value, str),
+        "integer": isinstance(value, int) and not isinstance(value, bool),
+        "boolean": isinstance(value, bool),
+        "object": isinstance(value, dict),
+        "map": isinstance(value, dict),
+        "array": isinstance(value, list),
+        "quantity": isinstance(value, str | int | float) and not isinstance(value, bool),
+        "int-or-string": isinstance(value, str | int) and not isinstance(value, bool),
+    }[t]
+    if not ok:
+        issues.append(ValidationIssue(path, f"must be {_TYPE_NAMES[t]}, got {type(value).__name__} {value!r}"))
+        return
+    if t == "object":
+        for name in schema.required:
+            if name not in value or value[name] is None:
+                issues.append(ValidationIssue(_join(path, name), "required"))
+        for name, child in value.items():
+            sub = schema.fields.get(name)
+            if sub is None:
+                if schema.preserve_unknown:
+                    continue
+                hint = difflib.get_close_matches(str(name), list(schema.fields), n=1, cutoff=0.6)
+                suffix = f'; did you mean "{hint[0]}"?' if hint else f"; known fields: {', '.join(schema.fields)}"
+                issues.append(ValidationIssue(_join(path, str(name)), "unknown field" + suffix))
+                continue
+            if child is None:
+                continue
+            validate(child, sub, _join(path, str(name)), issues)
+    elif t == "map":
+        assert schema.values is not None
+        for k, v in value.items():
+            validate(v, schema.values, f"{path}[{k}]", issues)
+    elif t == "array":
+        assert schema.items is not None
+        if schema.min_items is not None and len(value) < schema.min_items:
+            issues.append(ValidationIssue(path, f"needs at least {schema.min_items} item(s)"))
+        if schema.max_items is not None and len(value) > schema.max_items:
+            issues.append(ValidationIssue(path, f"takes at most {schema.max_items} item(s), got {len(value)}"))
+        for i, item in enumerate(value):
+            validate(item, schema.items, f"{path}[{i}]", issues)
+    elif t == "quantity":
+        try:
+            parse_quantity(value)
+        except QuantityError as e:
+            issues.append(ValidationIssue(path, str(e)))
+            return
+    if schema.enum and value not in schema.enum:
+        issues.append(ValidationIssue(path, f"{value!r} is not one of {', '.join(schema.enum)}"))
+    if t == "integer":
+        if schema.minimum is not None and value < schema.minimum:
+            issues.append(ValidationIssue(path, f"must be >= {schema.minimum}, got {value}"))
+        if schema.maximum is not None and value > schema.maximum:
+            issues.append(ValidationIssue(path, f"must be <= {schema.maximum}, got {value}"))
+    if schema.pattern and isinstance(value, str) and not re.fullmatch(schema.pattern, value):
+        issues.append(ValidationIssue(path, f"{value!r} does not match {schema.pattern}"))
+    if schema.check is not None:
+        msg = schema.check(value)
+        if msg:
+            issues.append(ValidationIssue(path, msg))
+
+
+def _join(path: str, name: str) -> str:
+    return f"{path}.{name}" if path else name
+
+
+def apply_defaults(value: Any, schema: Field) -> Any:
+    """A copy of value with every schema default filled in where the field is absent."""
+    if schema.type == "object" and isinstance(value, dict):
+        out = {}
+        for name, sub in schema.fields.items():
+            if name in value and value[name] is not None:
+                out[name] = apply_defaults(value[name], sub)
+            elif sub.default is not None:
+                out[name] = apply_defaults(_copy(sub.default), sub)
+        for name, v in value.items():
+            if name not in out and name not in schema.fields:
+                out[name] = v
+        return out
+    if schema.type == "array" and isinstance(value, list) and schema.items is not None:
+        return [apply_defaults(v, schema.items) for v in value]
+    if schema.type == "map" and isinstance(value, dict) and schema.values is not None:
+        return {k: apply_defaults(v, schema.values) for k, v in value.items()}
+    return value
+
+
+def _copy(v: Any) -> Any:
+    if isinstance(v, dict):
+        return {k: _copy(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_copy(x) for x in v]
+    return v
+
+
+def openapi(schema: Field) -> dict[str, Any]:
+    """The structural openAPIV3Schema (apiextensions.k8s.io/v1) for a schema node."""
+    out: dict[str, Any] = {}
+    t = schema.type
+    if t == "quantity":
+        out = {"anyOf": [{"type": "integer"}, {"type": "string"}], "x-kubernetes-int-or-string": True,
+               "pattern": r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"}  # noqa: E501
+    elif t == "int-or-string":
+        out = {"anyOf": [{"type": "integer"}, {"type": "string"}], "x-kubernetes-int-or-string": True}
+    elif t == "object":
+        out = {"type": "object", "properties": {k: openapi(v) for k, v in schema.fields.items()}}
+        if schema.required:
+            out["required"] = list(schema.required)
+        if schema.preserve_unknown:
+            out["x-kubernetes-preserve-unknown-fields"] = True
+    elif t == "map":
+        assert schema.values is not None
+        out = {"type": "object", "additionalProperties": openapi(schema.values)}
+    elif t == "array":
+        assert schema.items is not None
+        out = {"type": "array", "items": openapi(schema.items)}
+        if schema.max_items is not None:
+            out["maxItems"] = schema.max_items
+        if schema.min_items is not None:
+            out["minItems"] = schema.min_items
+    else:
+        out = {"type": t}
+    if schema.description:
+        out["description"] = schema.description
+    if schema.enum:
+        out["enum"] = list(schema.enum)
+    if schema.default is not None:
+        out["default"] = schema.default
+    if schema.minimum is not None:
+        out["minimum"] = schema.minimum
+    if schema.maximum is not None:
+        out["maximum"] = schema.maximum
+    if schema.pattern and t == "string":
+        out["pattern"] = schema.pattern
+    return out
+
+
+def walk_paths(schema: Field, prefix: str = "") -> list[str]:
+    """Every field path the schema defines (for tests that the CRD covers each field)."""
+    out = []
+    if schema.type == "object":
+        for name, sub in schema.fields.items():
+            p = _join(prefix, name)
+            out.append(p)
+            out.extend(walk_paths(sub, p))
+    elif schema.type == "array" and schema.items is not None:
+        out.extend(walk_paths(schema.items, prefix + "[]"))
+    elif schema.type == "map" and schema.values is not None:
+        out.extend(walk_paths(schema.values, prefix + "{}"))
+    return out

@@ -1,0 +1,151 @@
+"""Catalog snapshots: EC2's instance data and offerings per zone, with prices, in one gzip JSON file.
+
+`karpy simulate` runs on a snapshot (bundled: aws-us-east-1, generated from the EC2 data LocalStack serves, with
+estimated prices; or one written by `karpy catalog refresh` from a real account), or on the synthetic `benchmark`
+catalog. Instance types are rebuilt from the stored EC2 fields, so kubelet settings (maxPods, reservations) of an
+EC2NodeClass apply exactly as they would in the controller.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from controller.api import labels as L
+from controller.catalog.ec2 import instance_type_from_ec2
+from controller.catalog.pricing import PriceTable
+from controller.catalog.types import InstanceType, Offering
+
+DATA_DIR = Path(__file__).parent / "data"
+BUNDLED = {"aws-us-east-1": DATA_DIR / "aws-us-east-1.json.gz"}
+SYNTHETIC = ("benchmark",)
+FORMAT_VERSION = 1
+# The EC2 fields instance_type_from_ec2 and the price model read; everything else is dropped to keep files small.
+KEPT_FIELDS = ("InstanceType", "ProcessorInfo", "VCpuInfo", "MemoryInfo", "Hypervisor", "BareMetal", "NetworkInfo",
+               "EbsInfo", "InstanceStorageInfo", "GpuInfo", "NeuronInfo", "InferenceAcceleratorInfo",
+               "SupportedUsageClasses", "SupportedVirtualizationTypes", "BurstablePerformanceSupported")
+_NETWORK_FIELDS = ("MaximumNetworkInterfaces", "Ipv4AddressesPerInterface", "EncryptionInTransitSupported",
+                   "EfaSupported", "EfaInfo", "NetworkCards")
+
+
+@dataclass
+class Catalog:
+    """A region's instance types with offerings, and where their prices come from."""
+
+    name: str
+    region: str
+    zones: list[str]
+    price_source: str
+    generated: str
+    instance_types: list[InstanceType]
+    _infos: list[dict[str, Any]] = field(default_factory=list, repr=False)
+    _cache: dict[str, list[InstanceType]] = field(default_factory=dict, repr=False)
+
+    def instance_types_for(self, ami_family: str = "al2023",
+                           kubelet: dict[str, Any] | None = None) -> list[InstanceType]:
+        """Instance types as an EC2NodeClass with this AMI family and kubelet config would see them."""
+        if not kubelet and ami_family == "al2023":
+            return self.instance_types
+        if not self._infos:  # synthetic catalogs have no EC2 data to recompute from
+            return self.instance_types
+        key = json.dumps([ami_family, kubelet or {}], sort_keys=True)
+        if key not in self._cache:
+            by_name = {it.name: it for it in self.instance_types}
+            self._cache[key] = [instance_type_from_ec2(info, by_name[info["InstanceType"]].offerings,
+                                                       region=self.region, ami_family=ami_family, kubelet=kubelet)
+                                for info in self._infos]
+        return self._cache[key]
+
+
+def _trim(info: dict[str, Any]) -> dict[str, Any]:
+    out = {k: info[k] for k in KEPT_FIELDS if k in info}
+    if "NetworkInfo" in out:
+        out["NetworkInfo"] = {k: v for k, v in out["NetworkInfo"].items() if k in _NETWORK_FIELDS}
+        out["NetworkInfo"]["NetworkCards"] = [{"BaselineBandwidthInGbps": c.get("BaselineBandwidthInGbps")}
+                                              for c in out["NetworkInfo"].get("NetworkCards", [])
+                                              if c.get("BaselineBandwidthInGbps")]
+    if "EbsInfo" in out:
+        bw = (out["EbsInfo"].get("EbsOptimizedInfo") or {}).get("MaximumBandwidthInMbps")
+        out["EbsInfo"] = {"EbsOptimizedInfo": {"MaximumBandwidthInMbps": bw}} if bw else {}
+    return out
+
+
+def write_snapshot(path: str | Path, *, region: str, infos: list[dict[str, Any]], zones_by_type: dict[str, list[str]],
+                   prices: PriceTable, price_source: str, generated: str) -> int:
+    """Write a snapshot file; returns the number of instance types written."""
+    types: list[dict[str, Any]] = []
+    for info in sorted(infos, key=lambda i: i["InstanceType"]):
+        name = info["InstanceType"]
+        zones = sorted(zones_by_type.get(name, []))
+        if not zones or name not in prices.on_demand:
+            continue
+        types.append({"info": _trim(info), "zones": zones, "onDemand": prices.on_demand[name],
+                      "spot": {z: prices.spot[(name, z)] for z in zones if (name, z) in prices.spot}})
+    doc: dict[str, Any] = {"format": FORMAT_VERSION, "region": region, "generated": generated,
+                           "priceSource": price_source, "zones": sorted({z for t in types for z in t["zones"]}),
+                           "instanceTypes": types}
+    data = json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with gzip.GzipFile(filename=str(path), mode="wb", mtime=0) as f:
+        f.write(data)
+    return len(types)
+
+
+def snapshot_from_ec2(ec2: Any, region: str, path: str | Path, generated: str) -> int:
+    """Write a snapshot from an EC2 endpoint: DescribeInstanceTypes (types Karpenter supports), their offerings per
+    availability zone, and prices from the estimate model (labelled as such). Returns the number of types written."""
+    from controller.catalog.ec2 import supported
+    from controller.catalog.pricing import MODEL_SUMMARY, estimate_prices
+
+    infos = [dict(t) for page in ec2.get_paginator("describe_instance_types").paginate() for t in page["InstanceTypes"]]
+    infos = [t for t in infos if supported(t)]
+    zones: dict[str, list[str]] = {}
+    for page in ec2.get_paginator("describe_instance_type_offerings").paginate(LocationType="availability-zone"):
+        for o in page["InstanceTypeOfferings"]:
+            zones.setdefault(o["InstanceType"], []).append(o["Location"])
+    return write_snapshot(path, region=region, infos=infos, zones_by_type=zones,
+                          prices=estimate_prices(infos, zones), price_source=MODEL_SUMMARY, generated=generated)
+
+
+def _read(path: Path, name: str) -> Catalog:
+    try:
+        with gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb") as f:
+            doc = json.loads(f.read())
+    except (OSError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path}: not a readable catalog snapshot: {e}") from e
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT_VERSION or "instanceTypes" not in doc:
+        raise ValueError(f"{path}: not a karpy catalog snapshot (format {FORMAT_VERSION} expected)")
+    region = doc["region"]
+    types: list[InstanceType] = []
+    infos: list[dict[str, Any]] = []
+    for entry in doc["instanceTypes"]:
+        info = entry["info"]
+        offerings = [Offering(zone=z, capacity_type=L.CAPACITY_TYPE_ON_DEMAND, price=entry["onDemand"])
+                     for z in entry["zones"]]
+        offerings += [Offering(zone=z, capacity_type=L.CAPACITY_TYPE_SPOT, price=p) for z, p in entry["spot"].items()]
+        types.append(instance_type_from_ec2(info, offerings, region=region))
+        infos.append(info)
+    return Catalog(name=name, region=region, zones=doc["zones"], price_source=doc["priceSource"],
+                   generated=doc["generated"], instance_types=types, _infos=infos)
+
+
+def load_catalog(name_or_path: str = "aws-us-east-1") -> Catalog:
+    """A bundled catalog by name (aws-us-east-1, benchmark) or a snapshot file written by write_snapshot."""
+    if name_or_path == "benchmark":
+        from controller.catalog.synthetic import benchmark_instance_types
+
+        types = benchmark_instance_types()
+        zones = sorted({o.zone for it in types for o in it.offerings})
+        return Catalog(name="benchmark", region="test-region", zones=zones, generated="synthetic",
+                       price_source="synthetic: 0.1 x vCPU + 0.1 x GiB (Karpenter's scheduling benchmark)",
+                       instance_types=types)
+    if name_or_path in BUNDLED:
+        return _read(BUNDLED[name_or_path], name_or_path)
+    path = Path(name_or_path)
+    if not path.is_file():
+        names = ", ".join([*BUNDLED, *SYNTHETIC])
+        raise ValueError(f"catalog {name_or_path!r}: neither a bundled catalog ({names}) nor a snapshot file")
+    return _read(path, path.name)

@@ -1,0 +1,1 @@
+"""`karpy simulate`: an offline dry run of Karpenter's provisioning."""

@@ -1,0 +1,143 @@
+"""Turn a pile of Kubernetes documents into the simulator's inputs.
+
+Accepts what `kubectl get ... -o yaml` prints and what teams keep in git: NodePools, EC2NodeClasses, Pods,
+Deployments/ReplicaSets/StatefulSets/Jobs/CronJobs (expanded into the pods their controllers would create),
+DaemonSets (per-node overhead) and existing Nodes with the pods bound to them.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from controller.api.documents import Document
+
+# kind -> where the pod template lives and how many pods the controller makes
+WORKLOAD_KINDS = frozenset({"Deployment", "ReplicaSet", "StatefulSet", "Job", "CronJob", "ReplicationController"})
+KARPENTER_V1_KINDS = frozenset({"NodePool", "NodeClaim", "EC2NodeClass"})
+IGNORED_KINDS = frozenset({
+    "Namespace", "Service", "ConfigMap", "Secret", "ServiceAccount", "Role", "RoleBinding", "ClusterRole",
+    "ClusterRoleBinding", "PodDisruptionBudget", "HorizontalPodAutoscaler", "Ingress", "NetworkPolicy",
+    "CustomResourceDefinition", "PersistentVolumeClaim", "PersistentVolume", "StorageClass", "PriorityClass",
+    "Event", "Endpoints", "EndpointSlice", "Lease", "ControllerRevision",
+})
+
+
+class InputError(ValueError):
+    """A document the simulator cannot use, named by file, kind and field."""
+
+
+@dataclass
+class SimulationInputs:
+    """Documents sorted by role, workloads already expanded into pod manifests."""
+
+    nodepools: list[Document] = field(default_factory=list)
+    nodeclasses: list[Document] = field(default_factory=list)
+    pending_pods: list[dict[str, Any]] = field(default_factory=list)
+    bound_pods: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # node name -> pods on it
+    daemonsets: list[dict[str, Any]] = field(default_factory=list)  # pod manifests built from DaemonSet templates
+    nodes: list[Document] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _short_hash(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:10]
+
+
+def _template_pod(doc: Document, template: Any, name: str, path: str) -> dict[str, Any]:
+    """A Pod manifest from a workload's pod template, labelled and owned the way its controller would do it."""
+    if not isinstance(template, dict) or not isinstance(template.get("spec"), dict):
+        raise InputError(f"{doc.ref}: {path}: a pod template with a spec is required")
+    meta = copy.deepcopy(template.get("metadata") or {})
+    meta["name"] = name
+    meta["namespace"] = doc.namespace or meta.get("namespace") or "default"
+    meta.setdefault("labels", {})
+    meta["ownerReferences"] = [{"apiVersion": doc.api_version, "kind": doc.kind, "name": doc.name,
+                                "uid": f"{doc.kind}/{doc.namespace or 'default'}/{doc.name}", "controller": True}]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": copy.deepcopy(template["spec"])}
+
+
+def _int_field(doc: Document, spec: dict[str, Any], key: str, default: int, path: str) -> int:
+    value = spec.get(key, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InputError(f"{doc.ref}: {path}.{key}: must be a non-negative integer, got {value!r}")
+    return value
+
+
+def expand_workload(doc: Document) -> list[dict[str, Any]]:
+    """The pods a workload controller would create for this document right now."""
+    spec = doc.raw.get("spec")
+    if not isinstance(spec, dict):
+        raise InputError(f"{doc.ref}: spec: required")
+    kind = doc.kind
+    if kind == "CronJob":
+        job_spec = (spec.get("jobTemplate") or {}).get("spec")
+        if not isinstance(job_spec, dict):
+            raise InputError(f"{doc.ref}: spec.jobTemplate.spec: required")
+        template, prefix = job_spec.get("template"), "spec.jobTemplate.spec"
+        count = min(_int_field(doc, job_spec, "parallelism", 1, prefix),
+                    _int_field(doc, job_spec, "completions", 1, prefix) or 1)
+        base = f"{doc.name}-{_short_hash(doc.name)[:8]}"
+        return [_template_pod(doc, template, f"{base}-{i}", f"{prefix}.template") for i in range(count)]
+    template = spec.get("template")
+    if kind == "Job":
+        parallelism = _int_field(doc, spec, "parallelism", 1, "spec")
+        completions = spec.get("completions")
+        count = parallelism if completions is None else min(parallelism,
+                                                            _int_field(doc, spec, "completions", 1, "spec"))
+        return [_template_pod(doc, template, f"{doc.name}-{_short_hash(doc.name + str(i))[:5]}", "spec.template")
+                for i in range(count)]
+    replicas = _int_field(doc, spec, "replicas", 1, "spec")
+    if kind == "StatefulSet":
+        return [_template_pod(doc, template, f"{doc.name}-{i}", "spec.template") for i in range(replicas)]
+    rs_hash = _short_hash(repr(template))[:10]
+    return [_template_pod(doc, template, f"{doc.name}-{rs_hash}-{_short_hash(str(i))[:5]}", "spec.template")
+            for i in range(replicas)]
+
+
+def _owned_by(pod: dict[str, Any], kind: str) -> bool:
+    refs = (pod.get("metadata") or {}).get("ownerReferences") or []
+    return any(isinstance(r, dict) and r.get("kind") == kind for r in refs)
+
+
+def classify(documents: list[Document]) -> SimulationInputs:
+    """Sort documents into the simulator's roles; unknown kinds are reported as notes, never dropped silently."""
+    out = SimulationInputs()
+    for doc in documents:
+        kind = doc.kind
+        if kind == "NodePool":
+            out.nodepools.append(doc)
+        elif kind == "EC2NodeClass":
+            out.nodeclasses.append(doc)
+        elif kind == "Node":
+            out.nodes.append(doc)
+        elif kind == "Pod":
+            pod = doc.raw
+            phase = (pod.get("status") or {}).get("phase")
+            if phase in ("Succeeded", "Failed"):
+                continue
+            node_name = (pod.get("spec") or {}).get("nodeName")
+            if node_name:
+                out.bound_pods.setdefault(str(node_name), []).append(pod)
+            elif _owned_by(pod, "DaemonSet"):
+                continue  # accounted for through its DaemonSet
+            else:
+                out.pending_pods.append(pod)
+        elif kind in WORKLOAD_KINDS:
+            out.pending_pods.extend(expand_workload(doc))
+        elif kind == "DaemonSet":
+            spec = doc.raw.get("spec")
+            if not isinstance(spec, dict):
+                raise InputError(f"{doc.ref}: spec: required")
+            out.daemonsets.append(_template_pod(doc, spec.get("template"), f"{doc.name}-ds", "spec.template"))
+        elif kind == "NodeClaim":
+            out.notes.append(f"{doc.ref}: NodeClaims are not simulated; their Nodes are")
+        elif kind in IGNORED_KINDS:
+            continue
+        else:
+            out.notes.append(f"{doc.ref}: kind {kind} is not used by the simulation")
+    return out

@@ -1,0 +1,209 @@
+"""The scheduling simulation: each constraint kind, with asserted placements or asserted reasons."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import pytest
+
+from controller.catalog.synthetic import benchmark_instance_types
+from controller.scheduling.pod import pod_from_dict
+from controller.scheduling.requirements import Requirements
+from controller.scheduling.simulator import Plan, Scheduler
+from controller.scheduling.types import ExistingNode, SchedNodePool, Taint
+
+ZONE = "topology.kubernetes.io/zone"
+HOST = "kubernetes.io/hostname"
+CT = "karpenter.sh/capacity-type"
+_ids = itertools.count()
+
+
+def pool(name="default", weight=0, reqs=(), taints=(), labels=None, limits=None, types=16):
+    r = Requirements.from_node_selector_requirements(list(reqs)).intersect(Requirements.from_labels(labels or {}))
+    return SchedNodePool(name, weight, r, list(taints), [], dict(labels or {}), limits, {},
+                         benchmark_instance_types(types))
+
+
+def pod(cpu="1", mem="1Gi", labels=None, name=None, **spec):
+    spec.setdefault("containers", [{"name": "c", "resources": {"requests": {"cpu": cpu, "memory": mem}}}])
+    return pod_from_dict({"metadata": {"name": name or f"p{next(_ids)}", "namespace": "default",
+                                       "labels": labels or {}}, "spec": spec})
+
+
+def solve(pools, pods, existing=None, daemonsets=None) -> Plan:
+    return Scheduler(pools, existing, daemonsets).solve(pods)
+
+
+def claim_of(plan, p):
+    return next(c for c in plan.node_claims if any(q is p for q in c.pods))
+
+
+def test_packs_identical_pods_onto_the_cheapest_fitting_type():
+    plan = solve([pool()], [pod() for _ in range(6)])
+    assert len(plan.node_claims) == 1 and not plan.unschedulable
+    c = plan.node_claims[0]
+    assert c.instance_type is not None
+    # 6 x 1 cpu + 100m overhead -> a 7-vCPU type (fake-it-6), spot first since the pool allows spot
+    assert c.instance_type.name == "fake-it-6" and c.capacity_type == "spot"
+    assert c.instance_type_options[0].name == "fake-it-6"
+    assert plan.lower_bound_per_hour <= plan.cost_per_hour
+
+
+def test_node_selector_and_required_affinity():
+    on_demand = pod(nodeSelector={CT: "on-demand"})
+    zonal = pod(affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": ZONE, "operator": "In", "values": ["test-zone-3"]}]}]}}})
+    plan = solve([pool()], [on_demand, zonal])
+    assert claim_of(plan, on_demand).capacity_type == "on-demand"
+    assert claim_of(plan, zonal).zone == "test-zone-3"
+    assert claim_of(plan, zonal).capacity_type == "on-demand"  # no spot in zone 3
+
+
+def test_affinity_terms_are_ored():
+    p = pod(affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "team", "operator": "In", "values": ["x"]}]},
+        {"matchExpressions": [{"key": ZONE, "operator": "In", "values": ["test-zone-2"]}]}]}}})
+    plan = solve([pool()], [p])
+    assert claim_of(plan, p).zone == "test-zone-2"
+
+
+def test_taints_need_tolerations_and_the_reason_names_the_taint():
+    gpu = pool("gpu", taints=[Taint("nvidia.com/gpu", "true", "NoSchedule")])
+    plain = pod(name="plain")
+    tolerant = pod(tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}])
+    plan = solve([gpu], [plain, tolerant])
+    assert "taint nvidia.com/gpu=true:NoSchedule not tolerated" in plan.unschedulable["default/plain"]
+    assert claim_of(plan, tolerant).node_pool == "gpu"
+
+
+def test_weights_order_nodepools():
+    plan = solve([pool("low", weight=1), pool("high", weight=50)], [pod()])
+    assert plan.node_claims[0].node_pool == "high"
+
+
+def test_pool_requirements_and_custom_labels():
+    monitoring = pool("monitoring", labels={"workload": "monitoring"})
+    wants = pod(nodeSelector={"workload": "monitoring"})
+    other = pod(name="other", nodeSelector={"workload": "batch"})
+    plan = solve([monitoring], [wants, other])
+    assert claim_of(plan, wants).node_pool == "monitoring"
+    assert "workload" in plan.unschedulable["default/other"]
+
+
+def test_limits_are_respected():
+    small = pool(limits={"cpu": 4000})
+    plan = solve([small], [pod(cpu="3") for _ in range(3)])
+    assert len(plan.node_claims) == 1
+    assert len(plan.unschedulable) == 2
+    assert all("limits" in r for r in plan.unschedulable.values())
+
+
+def test_no_type_big_enough_reason():
+    plan = solve([pool(types=4)], [pod(cpu="8", name="big")])
+    assert "no instance type has room for requests cpu=8" in plan.unschedulable["default/big"]
+
+
+def test_existing_nodes_are_filled_first():
+    node = ExistingNode("node-a", {ZONE: "test-zone-1", HOST: "node-a"}, [], {"cpu": 4000, "memory": 8 * 2**30,
+                                                                               "pods": 110})
+    pods = [pod() for _ in range(5)]
+    plan = solve([pool()], pods, existing=[node])
+    assert len(plan.existing["node-a"]) == 4
+    assert len(plan.node_claims) == 1 and len(plan.node_claims[0].pods) == 1
+
+
+def test_existing_node_taints_and_labels_apply():
+    node = ExistingNode("node-a", {"team": "a"}, [Taint("dedicated", "a", "NoSchedule")],
+                        {"cpu": 4000, "memory": 8 * 2**30, "pods": 110})
+    plan = solve([pool()], [pod()], existing=[node])
+    assert not plan.existing
+
+
+def test_daemonset_overhead_is_added_to_new_nodes():
+    ds = pod(cpu="500m", mem="256Mi", tolerations=[{"operator": "Exists"}])
+    plan = solve([pool()], [pod(cpu="1")], daemonsets=[ds])
+    c = plan.node_claims[0]
+    assert c.instance_type is not None
+    # 1 cpu + 500m daemonset + 100m kube-reserved does not fit 1 vCPU, 2 vCPU does
+    assert c.instance_type.name == "fake-it-1"
+
+
+def test_zonal_topology_spread_balances_zones():
+    sel = {"matchLabels": {"app": "web"}}
+    pods = [pod(labels={"app": "web"}, topologySpreadConstraints=[
+        {"maxSkew": 1, "topologyKey": ZONE, "whenUnsatisfiable": "DoNotSchedule", "labelSelector": sel}])
+        for _ in range(6)]
+    plan = solve([pool()], pods)
+    zones = [claim_of(plan, p).zone for p in pods]
+    assert sorted(zones.count(z) for z in set(zones)) == [2, 2, 2]
+
+
+def test_hostname_spread_and_anti_affinity_put_one_per_node():
+    sel = {"matchLabels": {"app": "a"}}
+    spread = [pod(labels={"app": "a"}, topologySpreadConstraints=[
+        {"maxSkew": 1, "topologyKey": HOST, "whenUnsatisfiable": "DoNotSchedule", "labelSelector": sel}])
+        for _ in range(3)]
+    plan = solve([pool()], spread)
+    assert len({claim_of(plan, p).hostname for p in spread}) == 3
+    anti = [pod(labels={"app": "b"}, affinity={"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"topologyKey": HOST, "labelSelector": {"matchLabels": {"app": "b"}}}]}}) for _ in range(4)]
+    plan = solve([pool()], anti)
+    assert len({claim_of(plan, p).hostname for p in anti}) == 4
+
+
+def test_zonal_self_affinity_keeps_pods_together():
+    pods = [pod(labels={"app": "db"}, affinity={"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"topologyKey": ZONE, "labelSelector": {"matchLabels": {"app": "db"}}}]}}) for _ in range(30)]
+    plan = solve([pool()], pods)
+    assert len({claim_of(plan, p).zone for p in pods}) == 1
+
+
+def test_affinity_to_missing_pods_is_unschedulable():
+    p = pod(name="lonely", affinity={"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"topologyKey": ZONE, "labelSelector": {"matchLabels": {"app": "nowhere"}}}]}})
+    plan = solve([pool()], [p])
+    assert "no pod matches" in plan.unschedulable["default/lonely"]
+
+
+def test_host_ports_conflict():
+    ports = [{"name": "c", "ports": [{"containerPort": 80, "hostPort": 8080}],
+              "resources": {"requests": {"cpu": "100m"}}}]
+    pods = [pod(containers=ports) for _ in range(3)]
+    plan = solve([pool()], pods)
+    assert len({claim_of(plan, p).hostname for p in pods}) == 3
+
+
+def test_preferences_are_relaxed_when_they_cannot_be_met():
+    p = pod(name="pref", affinity={"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 10, "preference": {"matchExpressions": [{"key": ZONE, "operator": "In", "values": ["mars"]}]}}]}})
+    plan = solve([pool()], [p])
+    assert not plan.unschedulable
+    met = pod(affinity={"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 10, "preference": {"matchExpressions": [{"key": ZONE, "operator": "In",
+                                                            "values": ["test-zone-2"]}]}}]}})
+    plan = solve([pool()], [met])
+    assert claim_of(plan, met).zone == "test-zone-2"
+
+
+def test_effective_requests_count_init_containers_and_sidecars():
+    p = pod(containers=[{"name": "a", "resources": {"requests": {"cpu": "1"}}}],
+            initContainers=[{"name": "i", "resources": {"requests": {"cpu": "3"}}},
+                            {"name": "s", "restartPolicy": "Always", "resources": {"requests": {"cpu": "500m"}}}],
+            overhead={"cpu": "100m"})
+    assert p.requests["cpu"] == 3000 + 100  # the 3-cpu init step dominates 1 + 0.5 sidecar
+
+
+def test_bad_pod_fields_are_named():
+    with pytest.raises(ValueError, match=r"spec.containers\[0\].resources.requests.cpu: 'abc' is not a quantity"):
+        pod(containers=[{"name": "c", "resources": {"requests": {"cpu": "abc"}}}])
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_lower_bound_never_exceeds_cost(seed):
+    rnd = random.Random(seed)
+    pods = [pod(cpu=f"{rnd.choice([100, 500, 1500])}m", mem=f"{rnd.choice([128, 1024, 4096])}Mi")
+            for _ in range(rnd.randint(1, 60))]
+    plan = solve([pool(types=32)], pods)
+    assert not plan.unschedulable
+    assert 0 < plan.lower_bound_per_hour <= plan.cost_per_hour + 1e-9
