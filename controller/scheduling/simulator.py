@@ -71,6 +71,7 @@ class _PoolIndex:
     def __init__(self, pool: SchedNodePool, resources: list[str], daemon_overhead: dict[str, int]) -> None:
         self.pool = pool
         self.resources = resources
+        self.has_min_values = any(r.min_values for r in pool.requirements)
         zone_req = pool.requirements.get(L.ZONE)
         ct_req = pool.requirements.get(L.CAPACITY_TYPE)
         types: list[InstanceType] = []
@@ -138,6 +139,32 @@ class _PoolIndex:
                 self._mask_cache[r] = cached
             m &= cached
         return m
+
+    def min_values_cap(self, mask: np.ndarray, fit: np.ndarray, reqs: Requirements) -> int:
+        """The most pods (of a class whose per-type fit counts are `fit`, aligned with mask's True entries) that still
+        leave at least minValues distinct values per key among the types that can hold them (Karpenter's minValues)."""
+        best = int(fit.max()) if fit.size else 0
+        if not self.has_min_values:  # minValues comes only from NodePool requirements
+            return best
+        for r in reqs:
+            if not r.min_values:
+                continue
+            col = self._columns.get(r.key)
+            if col is None:
+                col = self._columns[r.key] = np.array([it.labels.get(r.key) for it in self.types], dtype=object)
+            values = col[mask]
+            # the largest n such that types with fit >= n carry at least min_values distinct values
+            order = np.argsort(-fit, kind="stable")
+            seen: set[object] = set()
+            cap = 0
+            for i in order:
+                if values[i] is not None:
+                    seen.add(values[i])
+                if len(seen) >= r.min_values:
+                    cap = int(fit[i])
+                    break
+            best = min(best, cap)
+        return best
 
     def offer_masks(self, reqs: Requirements) -> tuple[np.ndarray, np.ndarray]:
         """Allowed zones and capacity types under reqs."""
@@ -399,8 +426,12 @@ class Scheduler:
             if c.topology_key == L.HOSTNAME:
                 cap = min(cap, c.max_skew)
                 continue
-            domains = [d for d in candidates_zones] if c.topology_key == L.ZONE else sorted(
-                set(g.counts) | set(candidates_zones))
+            if c.topology_key == L.ZONE:
+                domains = list(candidates_zones)
+            elif c.topology_key == L.CAPACITY_TYPE:
+                domains = self._capacity_types_for(view, term)
+            else:
+                domains = sorted(g.counts)
             allowed = reqs.get(c.topology_key)
             if allowed is not None:
                 domains = [d for d in domains if allowed.has(d)]
@@ -450,6 +481,19 @@ class Scheduler:
         return [ix for ix in self.indexes if not ix.pool.not_ready_reason
                 and untolerated(ix.pool.taints, view.tolerations) is None
                 and ix.pool.requirements.compatible(term) is None]
+
+    def _capacity_types_for(self, view: _View, term: Requirements) -> list[str]:
+        """Capacity-type domains: those the compatible NodePools offer (spot, on-demand, reserved)."""
+        found: set[str] = set()
+        for ix in self._compatible_pools(view, term):
+            merged = ix.pool.requirements.intersect(term)
+            mask = ix.all_mask & ix.mask(merged)
+            zm, cm = ix.offer_masks(merged)
+            if mask.any():
+                sub = ix.price[mask][:, zm, :]
+                found.update(ct for i, ct in enumerate(CAPACITY_TYPES) if cm[i] and np.isfinite(sub[:, :, i]).any())
+        found.update(n.labels[L.CAPACITY_TYPE] for n in self.existing_nodes if L.CAPACITY_TYPE in n.labels)
+        return sorted(found)
 
     def _zones_for(self, view: _View, term: Requirements) -> list[str]:
         """Topology domains for zone constraints, as Karpenter computes them: the zones of the NodePools the pod is
@@ -584,7 +628,9 @@ class Scheduler:
         if not mask.any():
             return 0
         k = _fit_count(b.index.free0[mask] - b.used[None, :], req)
-        return min(want, int(k.max())) if k.size else 0
+        if not k.size:
+            return 0
+        return min(want, b.index.min_values_cap(mask, k, merged))
 
     def _commit(self, b: _Bin, view: _View, reqs: Requirements, pods: list[Pod]) -> None:
         n = len(pods)
@@ -642,7 +688,10 @@ class Scheduler:
             need = ", ".join(f"{r}={format_quantity(r, int(req[i]))}" for i, r in enumerate(self.resources)
                              if req[i] and r != PODS)
             return 0, f"no instance type has room for requests {need} (with daemonset overhead)"
-        n = min(want, int(fit.max()))
+        n = min(want, ix.min_values_cap(mask, fit, merged))
+        if n <= 0:
+            return 0, "fewer instance types than minValues requires: " + ", ".join(
+                f"{r.key} minValues {r.min_values}" for r in merged if r.min_values)
         if view.host_ports:
             n = 1
         name = f"{pool.name}-{next(_names):05d}"

@@ -207,3 +207,28 @@ def test_lower_bound_never_exceeds_cost(seed):
     plan = solve([pool(types=32)], pods)
     assert not plan.unschedulable
     assert 0 < plan.lower_bound_per_hour <= plan.cost_per_hour + 1e-9
+
+
+def test_min_values_keeps_enough_instance_types():
+    # types fake-it-0..15 have instance-cpu 1..16: with minValues 5 on instance-cpu, a claim must keep 5 sizes open,
+    # so it cannot grow to the largest type and 14 one-cpu pods need more than one node
+    p = pool(reqs=[{"key": "karpenter.k8s.aws/instance-cpu", "operator": "Exists", "minValues": 5}])
+    plan = solve([p], [pod(cpu="1", mem="100Mi") for _ in range(14)])
+    assert not plan.unschedulable
+    for c in plan.node_claims:
+        assert len({it.labels["karpenter.k8s.aws/instance-cpu"] for it in c.instance_type_options}) >= 5
+    assert len(plan.node_claims) > 1
+    too_many = pool(reqs=[{"key": "karpenter.k8s.aws/instance-cpu", "operator": "In", "values": ["1", "2"],
+                           "minValues": 2}])
+    plan = solve([too_many], [pod(cpu="1500m", name="needs-2")])
+    assert "minValues" in plan.unschedulable["default/needs-2"]
+
+
+def test_capacity_type_spread_uses_both_capacity_types():
+    sel = {"matchLabels": {"app": "ct"}}
+    pods = [pod(labels={"app": "ct"}, topologySpreadConstraints=[
+        {"maxSkew": 1, "topologyKey": CT, "whenUnsatisfiable": "DoNotSchedule", "labelSelector": sel}])
+        for _ in range(4)]
+    plan = solve([pool()], pods)
+    cts = [claim_of(plan, p).capacity_type for p in pods]
+    assert sorted(cts) == ["on-demand", "on-demand", "spot", "spot"]
