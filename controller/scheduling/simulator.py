@@ -670,8 +670,8 @@ class Scheduler:
         if not mask.any():
             return 0, "no offering in the allowed zones and capacity types"
         rem = self.remaining[pool.name]
+        within = np.ones(len(ix.types), dtype=bool)
         if rem is not None:
-            within = np.ones(len(ix.types), dtype=bool)
             pending = self._vec({})
             for b in self.new_bins:
                 if b.index is ix and b.mask is not None and b.mask.any():
@@ -680,14 +680,15 @@ class Scheduler:
                 i = self.rindex.get(k)
                 if i is not None:
                     within &= ix.capacity[:, i] + pending[i] <= v
-            if not (mask & within).any():
-                return 0, "limits exceeded: " + ", ".join(f"{k}={format_quantity(k, v)}" for k, v in rem.items())
-            mask = mask & within
-        fit = _fit_count(ix.free0[mask], req)
+        fit = _fit_count(ix.free0[mask & within], req)
         if not fit.size or fit.max() <= 0:
+            if rem is not None and _fit_count(ix.free0[mask], req).max(initial=0) > 0:
+                left = ", ".join(f"{k}={format_quantity(k, max(0, v))}" for k, v in rem.items())
+                return 0, f"limits exceeded: a node large enough would go past the pool's limits (left: {left})"
             need = ", ".join(f"{r}={format_quantity(r, int(req[i]))}" for i, r in enumerate(self.resources)
                              if req[i] and r != PODS)
             return 0, f"no instance type has room for requests {need} (with daemonset overhead)"
+        mask = mask & within
         n = min(want, ix.min_values_cap(mask, fit, merged))
         if n <= 0:
             return 0, "fewer instance types than minValues requires: " + ", ".join(
