@@ -20,7 +20,7 @@ KARPENTER_V1_KINDS = frozenset({"NodePool", "NodeClaim", "EC2NodeClass"})
 IGNORED_KINDS = frozenset({
     "Namespace", "Service", "ConfigMap", "Secret", "ServiceAccount", "Role", "RoleBinding", "ClusterRole",
     "ClusterRoleBinding", "PodDisruptionBudget", "HorizontalPodAutoscaler", "Ingress", "NetworkPolicy",
-    "CustomResourceDefinition", "PersistentVolumeClaim", "PersistentVolume", "StorageClass", "PriorityClass",
+    "CustomResourceDefinition", "PriorityClass",
     "Event", "Endpoints", "EndpointSlice", "Lease", "ControllerRevision",
 })
 
@@ -39,6 +39,9 @@ class SimulationInputs:
     bound_pods: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # node name -> pods on it
     daemonsets: list[dict[str, Any]] = field(default_factory=list)  # pod manifests built from DaemonSet templates
     nodes: list[Document] = field(default_factory=list)
+    pvcs: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    pvs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    storage_classes: dict[str, dict[str, Any]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
 
@@ -93,10 +96,21 @@ def expand_workload(doc: Document) -> list[dict[str, Any]]:
                 for i in range(count)]
     replicas = _int_field(doc, spec, "replicas", 1, "spec")
     if kind == "StatefulSet":
-        return [_template_pod(doc, template, f"{doc.name}-{i}", "spec.template") for i in range(replicas)]
+        pods = [_template_pod(doc, template, f"{doc.name}-{i}", "spec.template") for i in range(replicas)]
+        for i, pod in enumerate(pods):
+            for t in spec.get("volumeClaimTemplates") or []:
+                name = (t.get("metadata") or {}).get("name")
+                pod["spec"].setdefault("volumes", []).append(
+                    {"name": name, "persistentVolumeClaim": {"claimName": statefulset_claim(name, doc.name, i)}})
+        return pods
     rs_hash = _short_hash(repr(template))[:10]
     return [_template_pod(doc, template, f"{doc.name}-{rs_hash}-{_short_hash(str(i))[:5]}", "spec.template")
             for i in range(replicas)]
+
+
+def statefulset_claim(template: str | None, statefulset: str, ordinal: int) -> str:
+    """The PVC name the StatefulSet controller gives replica `ordinal` for a volumeClaimTemplate."""
+    return f"{template}-{statefulset}-{ordinal}"
 
 
 def _owned_by(pod: dict[str, Any], kind: str) -> bool:
@@ -107,6 +121,8 @@ def _owned_by(pod: dict[str, Any], kind: str) -> bool:
 def classify(documents: list[Document]) -> SimulationInputs:
     """Sort documents into the simulator's roles; unknown kinds are reported as notes, never dropped silently."""
     out = SimulationInputs()
+    # claims a StatefulSet will create; a PersistentVolumeClaim document of the same name wins
+    templates: dict[tuple[str, str], dict[str, Any]] = {}
     for doc in documents:
         kind = doc.kind
         if kind == "NodePool":
@@ -129,15 +145,29 @@ def classify(documents: list[Document]) -> SimulationInputs:
                 out.pending_pods.append(pod)
         elif kind in WORKLOAD_KINDS:
             out.pending_pods.extend(expand_workload(doc))
+            if kind == "StatefulSet":
+                spec = doc.raw.get("spec") or {}
+                for i in range(int(spec.get("replicas", 1) or 0)):
+                    for t in spec.get("volumeClaimTemplates") or []:
+                        claim = statefulset_claim((t.get("metadata") or {}).get("name"), doc.name, i)
+                        templates[(doc.namespace or "default", claim)] = t
         elif kind == "DaemonSet":
             spec = doc.raw.get("spec")
             if not isinstance(spec, dict):
                 raise InputError(f"{doc.ref}: spec: required")
             out.daemonsets.append(_template_pod(doc, spec.get("template"), f"{doc.name}-ds", "spec.template"))
+        elif kind == "PersistentVolumeClaim":
+            out.pvcs[(doc.namespace or "default", doc.name)] = doc.raw
+        elif kind == "PersistentVolume":
+            out.pvs[doc.name] = doc.raw
+        elif kind == "StorageClass":
+            out.storage_classes[doc.name] = doc.raw
         elif kind == "NodeClaim":
             out.notes.append(f"{doc.ref}: NodeClaims are not simulated; their Nodes are")
         elif kind in IGNORED_KINDS:
             continue
         else:
             out.notes.append(f"{doc.ref}: kind {kind} is not used by the simulation")
+    for key, template in templates.items():
+        out.pvcs.setdefault(key, template)
     return out

@@ -15,6 +15,7 @@ from controller.scheduling.pod import Pod, PodError, pod_from_dict
 from controller.scheduling.requirements import Requirement, Requirements
 from controller.scheduling.simulator import Plan, Scheduler
 from controller.scheduling.types import ExistingNode, SchedNodePool, Taint
+from controller.scheduling.volumes import VolumeError, volume_requirements
 from controller.simulate.inputs import InputError, SimulationInputs, classify
 
 
@@ -98,6 +99,20 @@ def _pod(raw: dict[str, Any], where: str) -> Pod:
         raise SimulationError(f"{where}: Pod/{meta.get('namespace', 'default')}/{meta.get('name')}: {e}") from None
 
 
+def _with_volumes(raw: dict[str, Any], inputs: SimulationInputs) -> Pod:
+    """The pod with the zone requirements of its persistent volumes folded into its node affinity."""
+    pod = _pod(raw, "input")
+    try:
+        reqs = volume_requirements(raw, inputs.pvcs, inputs.pvs, inputs.storage_classes)
+    except VolumeError as e:
+        raise SimulationError(f"Pod/{pod.namespace}/{pod.name}: {e}") from None
+    if reqs is not None:
+        pod.node_terms = tuple(t.intersect(reqs) for t in pod.node_terms) or (reqs,)
+        pod.class_key = None
+        pod.__post_init__()
+    return pod
+
+
 def _existing_nodes(inputs: SimulationInputs, catalog: Catalog) -> tuple[list[ExistingNode], dict[str, dict[str, int]]]:
     nodes = []
     used_by_pool: dict[str, dict[str, int]] = {}
@@ -149,7 +164,7 @@ def simulate_documents(documents: list[Document], catalog: str = "aws-us-east-1"
              for d in inputs.nodepools]
     if not pools:
         notes.append("no NodePool given: only existing nodes can take pods")
-    pods = [_pod(p, "input") for p in inputs.pending_pods]
+    pods = [_with_volumes(p, inputs) for p in inputs.pending_pods]
     daemonsets = [_pod(p, "DaemonSet") for p in inputs.daemonsets]
     plan = Scheduler(pools, existing, daemonsets).solve(pods)
     return SimulationResult(plan=plan, catalog=cat, nodepools=[p.name for p in pools], pods=pods,

@@ -133,3 +133,62 @@ def test_cli_simulate_json_and_validate_exit_codes(tmp_path):
     assert conv.exit_code == 0 and "karpenter.sh/v1" in conv.output
     explain = runner.invoke(main, ["explain", "shop/web-x", "-f", str(EXAMPLES)])
     assert explain.exit_code == 1 and "not among" in explain.output
+
+
+def test_zonal_volumes_pin_pods_to_their_zone():
+    text = """
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: default}
+spec:
+  template: {spec: {nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: d}, requirements: []}}
+---
+apiVersion: v1
+kind: PersistentVolume
+metadata: {name: pv-data}
+spec:
+  capacity: {storage: 10Gi}
+  nodeAffinity:
+    required:
+      nodeSelectorTerms:
+        - matchExpressions: [{key: topology.kubernetes.io/zone, operator: In, values: [us-east-1c]}]
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: data, namespace: db}
+spec: {volumeName: pv-data, storageClassName: gp3}
+---
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata: {name: gp3-east-1b}
+provisioner: ebs.csi.aws.com
+allowedTopologies:
+  - matchLabelExpressions: [{key: topology.kubernetes.io/zone, values: [us-east-1b]}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: db-0, namespace: db}
+spec:
+  containers: [{name: c, resources: {requests: {cpu: "1"}}}]
+  volumes: [{name: data, persistentVolumeClaim: {claimName: data}}]
+---
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: cache, namespace: db}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: cache}}
+  template:
+    metadata: {labels: {app: cache}}
+    spec: {containers: [{name: c, resources: {requests: {cpu: "1"}}}]}
+  volumeClaimTemplates:
+    - metadata: {name: data}
+      spec: {storageClassName: gp3-east-1b, resources: {requests: {storage: 1Gi}}}
+"""
+    data = to_dict(simulate_documents(parse_documents(text, "vol.yaml")))
+    zone_of = {p: c["zone"] for c in data["nodeClaims"] for p in c["pods"]}
+    assert zone_of["db/db-0"] == "us-east-1c"
+    assert zone_of["db/cache-0"] == zone_of["db/cache-1"] == "us-east-1b"
+    missing = text.replace("claimName: data}", "claimName: nope}")
+    with pytest.raises(SimulationError, match="PersistentVolumeClaim db/nope not found"):
+        simulate_documents(parse_documents(missing, "vol.yaml"))
