@@ -1,0 +1,82 @@
+"""Instance types from the EC2 API: DescribeInstanceTypes + DescribeInstanceTypeOfferings per zone, converted with
+the catalog's Karpenter formulas, priced by the PricingProvider, with ICE'd offerings marked unavailable."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from controller.api import labels as L
+from controller.catalog.ec2 import instance_type_from_ec2, supported
+from controller.catalog.types import InstanceType, Offering
+from controller.cloud.aws.pricing import PricingProvider
+from controller.cloud.aws.unavailable import UnavailableOfferings
+
+DEFAULT_TTL_SECONDS = 300.0
+
+
+class InstanceTypeProvider:
+    """Cached, refreshed instance types of one region."""
+
+    def __init__(self, ec2: Any, pricing: PricingProvider, region: str, unavailable: UnavailableOfferings | None = None,
+                 ttl_seconds: float = DEFAULT_TTL_SECONDS, clock: Callable[[], float] = time.monotonic) -> None:
+        self.ec2 = ec2
+        self.pricing = pricing
+        self.region = region
+        self.unavailable = unavailable or UnavailableOfferings()
+        self.ttl = ttl_seconds
+        self.clock = clock
+        self._infos: list[dict[str, Any]] = []
+        self._zones: dict[str, list[str]] = {}
+        self._fetched_at: float | None = None
+        self._cache: dict[tuple[str, int, int], list[InstanceType]] = {}
+        self._lock = threading.Lock()
+
+    def refresh(self) -> None:
+        """Re-read the instance types and their zones from EC2."""
+        infos = [dict(t) for page in self.ec2.get_paginator("describe_instance_types").paginate()
+                 for t in page["InstanceTypes"]]
+        zones: dict[str, list[str]] = {}
+        pages = self.ec2.get_paginator("describe_instance_type_offerings").paginate(LocationType="availability-zone")
+        for page in pages:
+            for o in page["InstanceTypeOfferings"]:
+                zones.setdefault(o["InstanceType"], []).append(o["Location"])
+        with self._lock:
+            self._infos = [i for i in infos if supported(i)]
+            self._zones = {k: sorted(v) for k, v in zones.items()}
+            self._fetched_at = self.clock()
+            self._cache.clear()
+
+    def _offerings(self, info: dict[str, Any]) -> list[Offering]:
+        name = info["InstanceType"]
+        classes = info.get("SupportedUsageClasses") or ["on-demand", "spot"]
+        out = []
+        for zone in self._zones.get(name, []):
+            for ct in (L.CAPACITY_TYPE_ON_DEMAND, L.CAPACITY_TYPE_SPOT):
+                if ct not in classes:
+                    continue
+                price = (self.pricing.on_demand_price(name) if ct == L.CAPACITY_TYPE_ON_DEMAND
+                         else self.pricing.spot_price(name, zone))
+                if price is None:
+                    continue  # Karpenter does not offer what it cannot price
+                out.append(Offering(zone=zone, capacity_type=ct, price=price,
+                                    available=not self.unavailable.is_unavailable(name, zone, ct)))
+        return out
+
+    def list(self, kubelet: dict[str, Any] | None = None, ami_family: str = "al2023") -> list[InstanceType]:
+        """Instance types with offerings, for one EC2NodeClass's kubelet settings and AMI family."""
+        if self._fetched_at is None or self.clock() - self._fetched_at >= self.ttl:
+            self.refresh()
+        key = (json.dumps([ami_family, kubelet or {}], sort_keys=True), self.unavailable.generation,
+               self.pricing.version)
+        with self._lock:
+            cached = self._cache.get(key)
+            if cached is None:
+                cached = [instance_type_from_ec2(i, self._offerings(i), region=self.region, ami_family=ami_family,
+                                                 kubelet=kubelet) for i in self._infos if self._zones.get(
+                                                     i["InstanceType"])]
+                self._cache[key] = cached
+            return cached
