@@ -1,0 +1,22 @@
+"""Errors of the AWS provider, typed so the controller can tell "gone" from "try elsewhere" from "broken"."""
+
+from __future__ import annotations
+
+# CreateFleet error codes that mean "no capacity for this offering right now" (Karpenter's list)
+INSUFFICIENT_CAPACITY_CODES = frozenset({
+    "InsufficientInstanceCapacity", "InsufficientCapacity", "MaxSpotInstanceCountExceeded", "VcpuLimitExceeded",
+    "UnfulfillableCapacity", "Unsupported", "InsufficientFreeAddressesInSubnet", "ReservationCapacityExceeded",
+    "SpotMaxPriceTooLow",
+})
+
+
+class NodeClaimNotFoundError(Exception):
+    """The instance behind a NodeClaim does not exist (any more)."""
+
+
+class InsufficientCapacityError(Exception):
+    """Every allowed offering was refused for lack of capacity."""
+
+
+class LaunchError(Exception):
+    """A launch failed for a reason other than capacity (the message carries EC2's code and text)."""

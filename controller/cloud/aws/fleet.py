@@ -1,0 +1,128 @@
+"""Launching one NodeClaim with EC2 CreateFleet (type instant), as Karpenter does.
+
+Overrides are the cheapest (instance type x zonal subnet) offerings the NodeClaim's requirements allow, at most 60.
+Spot is used when the NodeClaim allows it and spot offerings exist (allocation strategy price-capacity-optimized),
+otherwise on-demand (lowest-price). Offerings refused for lack of capacity are marked unavailable for 3 minutes and the
+launch is retried without them. A retried launch of the same NodeClaim never creates a second instance: an instance
+already tagged with the NodeClaim's name is returned, and the request carries a client token derived from it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from controller.api import labels as L
+from controller.catalog.types import InstanceType
+from controller.cloud.aws import instances
+from controller.cloud.aws.discovery import Subnet
+from controller.cloud.aws.errors import INSUFFICIENT_CAPACITY_CODES, InsufficientCapacityError, LaunchError
+from controller.cloud.aws.unavailable import UnavailableOfferings
+from controller.scheduling.requirements import Requirements
+
+log = logging.getLogger("karpy.launch")
+MAX_OVERRIDES = 60
+MAX_ATTEMPTS = 5
+
+
+@dataclass(frozen=True)
+class Override:
+    """One (instance type, subnet) CreateFleet may choose."""
+
+    instance_type: str
+    subnet: Subnet
+    price: float
+
+
+def ownership_tags(cluster_name: str, nodepool: str, nodeclaim: str, nodeclass: str,
+                   user_tags: dict[str, str] | None = None) -> dict[str, str]:
+    """The tags on every instance, volume and network interface: what Karpenter's scoped IAM policy keys on."""
+    tags = dict(user_tags or {})
+    tags.update({f"kubernetes.io/cluster/{cluster_name}": "owned", "eks:eks-cluster-name": cluster_name,
+                 L.NODEPOOL: nodepool, "karpenter.sh/nodeclaim": nodeclaim, L.EC2NODECLASS: nodeclass,
+                 "Name": tags.get("Name", nodeclaim)})
+    return tags
+
+
+def choose_overrides(requirements: Requirements, instance_types: list[InstanceType], subnets: dict[str, Subnet],
+                     unavailable: UnavailableOfferings) -> tuple[str, list[Override]]:
+    """The capacity type to launch and its cheapest allowed offerings (spot first when allowed and offered)."""
+    ct_req = requirements.get(L.CAPACITY_TYPE)
+    zone_req = requirements.get(L.ZONE)
+    by_ct: dict[str, list[Override]] = {}
+    for it in instance_types:
+        if any(r.key not in (L.ZONE, L.CAPACITY_TYPE, L.NODEPOOL) and r.key in it.labels
+               and not r.has(it.labels[r.key]) for r in requirements):
+            continue
+        it_req = requirements.get(L.INSTANCE_TYPE)
+        if it_req is not None and not it_req.has(it.name):
+            continue
+        for o in it.offerings:
+            subnet = subnets.get(o.zone)
+            if (not o.available or subnet is None or (zone_req is not None and not zone_req.has(o.zone))
+                    or (ct_req is not None and not ct_req.has(o.capacity_type))
+                    or unavailable.is_unavailable(it.name, o.zone, o.capacity_type)):
+                continue
+            by_ct.setdefault(o.capacity_type, []).append(Override(it.name, subnet, o.price))
+    for ct in (L.CAPACITY_TYPE_SPOT, L.CAPACITY_TYPE_ON_DEMAND):
+        if by_ct.get(ct):
+            return ct, sorted(by_ct[ct], key=lambda o: (o.price, o.instance_type, o.subnet.zone))[:MAX_OVERRIDES]
+    return "", []
+
+
+def launch(ec2: Any, *, cluster_name: str, nodeclaim: dict[str, Any], nodeclass_name: str,
+           instance_types: list[InstanceType], subnets: dict[str, Subnet], launch_template: str,
+           unavailable: UnavailableOfferings, user_tags: dict[str, str] | None = None) -> instances.Instance:
+    """Launch the instance for a NodeClaim manifest (or return the one already launched for it)."""
+    name = nodeclaim["metadata"]["name"]
+    existing = instances.find_by_nodeclaim(ec2, cluster_name, name)
+    if existing is not None:
+        return existing
+    nodepool = (nodeclaim["metadata"].get("labels") or {}).get(L.NODEPOOL, "")
+    requirements = Requirements.from_node_selector_requirements(nodeclaim["spec"].get("requirements") or [])
+    tags = ownership_tags(cluster_name, nodepool, name, nodeclass_name, user_tags)
+    tag_list = [{"Key": k, "Value": v} for k, v in sorted(tags.items())]
+    token = hashlib.sha256(f"{cluster_name}/{name}/{nodeclaim['metadata'].get('uid', '')}".encode()).hexdigest()[:64]
+    for attempt in range(MAX_ATTEMPTS):
+        capacity_type, overrides = choose_overrides(requirements, instance_types, subnets, unavailable)
+        if not overrides:
+            raise InsufficientCapacityError(f"nodeclaim {name}: no available offering satisfies its requirements")
+        request: dict[str, Any] = {
+            "Type": "instant",
+            "TargetCapacitySpecification": {"TotalTargetCapacity": 1, "DefaultTargetCapacityType": capacity_type},
+            "LaunchTemplateConfigs": [{
+                "LaunchTemplateSpecification": {"LaunchTemplateName": launch_template, "Version": "$Latest"},
+                "Overrides": [{"InstanceType": o.instance_type, "SubnetId": o.subnet.id,
+                               "AvailabilityZone": o.subnet.zone} for o in overrides]}],
+            "TagSpecifications": [{"ResourceType": rt, "Tags": tag_list}
+                                  for rt in ("instance", "volume", "network-interface", "fleet")],
+            "ClientToken": f"{token[:60]}-{attempt}",
+        }
+        if capacity_type == L.CAPACITY_TYPE_SPOT:
+            request["SpotOptions"] = {"AllocationStrategy": "price-capacity-optimized"}
+        else:
+            request["OnDemandOptions"] = {"AllocationStrategy": "lowest-price"}
+        resp = ec2.create_fleet(**request)
+        other_errors = []
+        for err in resp.get("Errors", []):
+            code = err.get("ErrorCode", "")
+            o = (err.get("LaunchTemplateAndOverrides") or {}).get("Overrides") or {}
+            if code in INSUFFICIENT_CAPACITY_CODES and o.get("InstanceType"):
+                zone = o.get("AvailabilityZone") or next(
+                    (s.zone for s in subnets.values() if s.id == o.get("SubnetId")), "")
+                unavailable.mark_unavailable(o["InstanceType"], zone, err.get("Lifecycle") or capacity_type,
+                                             reason=code)
+            else:
+                other_errors.append(f"{code}: {err.get('ErrorMessage', '')}")
+        ids = [i for fleet_instance in resp.get("Instances", []) for i in fleet_instance.get("InstanceIds", [])]
+        if ids:
+            for extra in ids[1:]:  # never keep more than one instance per NodeClaim
+                ec2.terminate_instances(InstanceIds=[extra])
+            described = ec2.describe_instances(InstanceIds=[ids[0]])["Reservations"][0]["Instances"][0]
+            return instances.from_description(described)
+        if other_errors:
+            raise LaunchError(f"nodeclaim {name}: CreateFleet failed: {'; '.join(other_errors)}")
+        log.info("nodeclaim %s: no capacity on attempt %d, retrying without the refused offerings", name, attempt + 1)
+    raise InsufficientCapacityError(f"nodeclaim {name}: every allowed offering was refused for lack of capacity")
