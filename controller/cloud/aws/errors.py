@@ -18,5 +18,9 @@ class InsufficientCapacityError(Exception):
     """Every allowed offering was refused for lack of capacity."""
 
 
+class LaunchTemplateNotFoundError(Exception):
+    """CreateFleet named a launch template that no longer exists (someone deleted it): recreate and retry."""
+
+
 class LaunchError(Exception):
     """A launch failed for a reason other than capacity (the message carries EC2's code and text)."""

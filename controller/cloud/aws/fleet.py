@@ -14,11 +14,18 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from botocore.exceptions import ClientError
+
 from controller.api import labels as L
 from controller.catalog.types import InstanceType
 from controller.cloud.aws import instances
 from controller.cloud.aws.discovery import Subnet
-from controller.cloud.aws.errors import INSUFFICIENT_CAPACITY_CODES, InsufficientCapacityError, LaunchError
+from controller.cloud.aws.errors import (
+    INSUFFICIENT_CAPACITY_CODES,
+    InsufficientCapacityError,
+    LaunchError,
+    LaunchTemplateNotFoundError,
+)
 from controller.cloud.aws.unavailable import UnavailableOfferings
 from controller.scheduling.requirements import Requirements
 
@@ -34,6 +41,7 @@ class Override:
     instance_type: str
     subnet: Subnet
     price: float
+    arch: str = "amd64"
 
 
 def ownership_tags(cluster_name: str, nodepool: str, nodeclaim: str, nodeclass: str,
@@ -65,17 +73,34 @@ def choose_overrides(requirements: Requirements, instance_types: list[InstanceTy
                     or (ct_req is not None and not ct_req.has(o.capacity_type))
                     or unavailable.is_unavailable(it.name, o.zone, o.capacity_type)):
                 continue
-            by_ct.setdefault(o.capacity_type, []).append(Override(it.name, subnet, o.price))
+            by_ct.setdefault(o.capacity_type, []).append(Override(it.name, subnet, o.price,
+                                                                  it.labels.get(L.ARCH, "amd64")))
     for ct in (L.CAPACITY_TYPE_SPOT, L.CAPACITY_TYPE_ON_DEMAND):
         if by_ct.get(ct):
             return ct, sorted(by_ct[ct], key=lambda o: (o.price, o.instance_type, o.subnet.zone))[:MAX_OVERRIDES]
     return "", []
 
 
+def _by_template(overrides: list[Override], templates: str | dict[str, str]) -> list[tuple[str, list[Override]]]:
+    if isinstance(templates, str):
+        return [(templates, overrides)]
+    groups: dict[str, list[Override]] = {}
+    for o in overrides:
+        groups.setdefault(templates[o.arch], []).append(o)
+    # the configuration holding the cheapest offering first
+    return sorted(groups.items(), key=lambda kv: (min(o.price for o in kv[1]), kv[0]))
+
+
 def launch(ec2: Any, *, cluster_name: str, nodeclaim: dict[str, Any], nodeclass_name: str,
-           instance_types: list[InstanceType], subnets: dict[str, Subnet], launch_template: str,
+           instance_types: list[InstanceType], subnets: dict[str, Subnet], launch_template: str | dict[str, str],
            unavailable: UnavailableOfferings, user_tags: dict[str, str] | None = None) -> instances.Instance:
-    """Launch the instance for a NodeClaim manifest (or return the one already launched for it)."""
+    """Launch the instance for a NodeClaim manifest (or return the one already launched for it).
+
+    `launch_template` is one template name, or one per architecture (amd64/arm64) when the AMIs differ; instance types
+    of an architecture without a template are not offered."""
+    templates = launch_template if isinstance(launch_template, dict) else None
+    if templates is not None:
+        instance_types = [it for it in instance_types if it.labels.get(L.ARCH, "amd64") in templates]
     name = nodeclaim["metadata"]["name"]
     existing = instances.find_by_nodeclaim(ec2, cluster_name, name)
     if existing is not None:
@@ -93,9 +118,10 @@ def launch(ec2: Any, *, cluster_name: str, nodeclaim: dict[str, Any], nodeclass_
             "Type": "instant",
             "TargetCapacitySpecification": {"TotalTargetCapacity": 1, "DefaultTargetCapacityType": capacity_type},
             "LaunchTemplateConfigs": [{
-                "LaunchTemplateSpecification": {"LaunchTemplateName": launch_template, "Version": "$Latest"},
+                "LaunchTemplateSpecification": {"LaunchTemplateName": template, "Version": "$Latest"},
                 "Overrides": [{"InstanceType": o.instance_type, "SubnetId": o.subnet.id,
-                               "AvailabilityZone": o.subnet.zone} for o in overrides]}],
+                               "AvailabilityZone": o.subnet.zone} for o in group]}
+                for template, group in _by_template(overrides, launch_template)],
             "TagSpecifications": [{"ResourceType": rt, "Tags": tag_list}
                                   for rt in ("instance", "volume", "network-interface", "fleet")],
             "ClientToken": f"{token[:60]}-{attempt}",
@@ -104,7 +130,13 @@ def launch(ec2: Any, *, cluster_name: str, nodeclaim: dict[str, Any], nodeclass_
             request["SpotOptions"] = {"AllocationStrategy": "price-capacity-optimized"}
         else:
             request["OnDemandOptions"] = {"AllocationStrategy": "lowest-price"}
-        resp = ec2.create_fleet(**request)
+        try:
+            resp = ec2.create_fleet(**request)
+        except ClientError as e:
+            if e.response["Error"]["Code"].startswith(("InvalidLaunchTemplateName.NotFound",
+                                                       "InvalidLaunchTemplateId.NotFound")):
+                raise LaunchTemplateNotFoundError(str(e)) from None
+            raise
         other_errors = []
         for err in resp.get("Errors", []):
             code = err.get("ErrorCode", "")
@@ -114,6 +146,8 @@ def launch(ec2: Any, *, cluster_name: str, nodeclaim: dict[str, Any], nodeclass_
                     (s.zone for s in subnets.values() if s.id == o.get("SubnetId")), "")
                 unavailable.mark_unavailable(o["InstanceType"], zone, err.get("Lifecycle") or capacity_type,
                                              reason=code)
+            elif code.startswith(("InvalidLaunchTemplateName.NotFound", "InvalidLaunchTemplateId.NotFound")):
+                raise LaunchTemplateNotFoundError(err.get("ErrorMessage", code))
             else:
                 other_errors.append(f"{code}: {err.get('ErrorMessage', '')}")
         ids = [i for fleet_instance in resp.get("Instances", []) for i in fleet_instance.get("InstanceIds", [])]

@@ -1,0 +1,138 @@
+"""AWSCloudProvider: discovery, AMIs, instance profiles, launch templates and CreateFleet put together."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from controller.api import labels as L
+from controller.catalog.types import InstanceType
+from controller.cloud.aws import instances
+from controller.cloud.aws.amis import resolve
+from controller.cloud.aws.discovery import discover_security_groups, discover_subnets, subnets_by_zone
+from controller.cloud.aws.errors import LaunchError, LaunchTemplateNotFoundError
+from controller.cloud.aws.fleet import launch
+from controller.cloud.aws.instanceprofiles import InstanceProfiles
+from controller.cloud.aws.instancetypes import InstanceTypeProvider
+from controller.cloud.aws.launchtemplates import LaunchTemplateSpec, ensure
+from controller.cloud.aws.unavailable import UnavailableOfferings
+from controller.cloud.aws.userdata import ClusterInfo, NodeSettings, al2023_user_data
+from controller.cloud.provider import LaunchedNode
+
+DISCOVERY_TTL_SECONDS = 60.0
+
+
+def ami_family(spec: dict[str, Any]) -> str:
+    """al2023, al2, bottlerocket, windows2019, windows2022 or custom."""
+    for term in spec.get("amiSelectorTerms") or []:
+        if term.get("alias"):
+            return str(term["alias"]).split("@", 1)[0]
+    return str(spec.get("amiFamily") or "custom").lower()
+
+
+class AWSCloudProvider:
+    """The CloudProvider for EC2."""
+
+    def __init__(self, *, cluster: ClusterInfo, region: str, k8s_version: str, ec2: Any, ssm: Any, iam: Any,
+                 instance_types: InstanceTypeProvider, unavailable: UnavailableOfferings | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.cluster = cluster
+        self.region = region
+        self.k8s_version = k8s_version
+        self.ec2, self.ssm = ec2, ssm
+        self.profiles = InstanceProfiles(iam, cluster.name, region)
+        self.instance_types = instance_types
+        self.unavailable = unavailable or instance_types.unavailable
+        self.clock = clock
+        self._discovered: dict[str, tuple[float, Any]] = {}
+        self._templates: set[str] = set()  # launch templates known to exist (recreated if CreateFleet says not)
+
+    def _cached(self, key: str, make: Callable[[], Any]) -> Any:
+        hit = self._discovered.get(key)
+        if hit is not None and self.clock() - hit[0] < DISCOVERY_TTL_SECONDS:
+            return hit[1]
+        value = make()
+        self._discovered[key] = (self.clock(), value)
+        return value
+
+    def get_instance_types(self, nodeclass: dict[str, Any]) -> list[InstanceType]:
+        """Instance types and offerings for the node class's kubelet settings and AMI family."""
+        spec = nodeclass["spec"]
+        family = ami_family(spec)
+        return self.instance_types.list(kubelet=spec.get("kubelet"),
+                                        ami_family=family if family != "custom" else "al2023")
+
+    def create(self, nodeclaim: dict[str, Any], nodeclass: dict[str, Any]) -> LaunchedNode:
+        """Resolve the node class, make or reuse launch templates, and launch through CreateFleet."""
+        spec = nodeclass["spec"]
+        name = nodeclass["metadata"]["name"]
+        family = ami_family(spec)
+        if family != "al2023":
+            raise LaunchError(f"EC2NodeClass {name}: user data for AMI family {family!r} is not implemented yet "
+                              "(al2023 is)")
+        subnets = self._cached(f"subnets/{name}", lambda: subnets_by_zone(
+            discover_subnets(self.ec2, spec["subnetSelectorTerms"])))
+        groups = self._cached(f"sgs/{name}", lambda: discover_security_groups(
+            self.ec2, spec["securityGroupSelectorTerms"]))
+        amis = self._cached(f"amis/{name}", lambda: resolve(self.ec2, self.ssm, spec["amiSelectorTerms"],
+                                                             self.k8s_version))
+        profile = spec.get("instanceProfile") or self.profiles.ensure(name, spec["role"])
+        labels = dict(nodeclaim["metadata"].get("labels") or {})
+        node = NodeSettings(labels=labels, taints=list(nodeclaim["spec"].get("taints") or [])
+                            + list(nodeclaim["spec"].get("startupTaints") or []), kubelet=spec.get("kubelet") or {})
+        user_data = al2023_user_data(self.cluster, node, spec.get("userData"))
+        owned = {f"kubernetes.io/cluster/{self.cluster.name}": "owned", "eks:eks-cluster-name": self.cluster.name,
+                 L.EC2NODECLASS: name}
+        templates = {}
+        for ami in amis:
+            lt = LaunchTemplateSpec(image_id=ami.id, user_data=user_data,
+                                    security_group_ids=tuple(g.id for g in groups),
+                                    instance_profile=profile, metadata_options=spec.get("metadataOptions") or {},
+                                    block_device_mappings=tuple(spec.get("blockDeviceMappings") or []),
+                                    tags={**(spec.get("tags") or {}), **owned},
+                                    detailed_monitoring=bool(spec.get("detailedMonitoring")),
+                                    associate_public_ip=spec.get("associatePublicIPAddress"))
+            templates[ami.architecture] = lt
+        its = self.get_instance_types(nodeclass)
+        for attempt in (1, 2):
+            names = {}
+            for arch, lt in templates.items():
+                lt_name = lt.name()
+                if lt_name not in self._templates:
+                    ensure(self.ec2, lt, owned)
+                    self._templates.add(lt_name)
+                names[arch] = lt_name
+            try:
+                inst = launch(self.ec2, cluster_name=self.cluster.name, nodeclaim=nodeclaim, nodeclass_name=name,
+                              instance_types=its, subnets=subnets, launch_template=names,
+                              unavailable=self.unavailable, user_tags=spec.get("tags"))
+                return self._describe(inst, its)
+            except LaunchTemplateNotFoundError:
+                if attempt == 2:
+                    raise
+                self._templates.difference_update(names.values())
+        raise AssertionError("unreachable")
+
+    def _describe(self, inst: instances.Instance, its: list[InstanceType] | None = None) -> LaunchedNode:
+        it = next((t for t in its or [] if t.name == inst.instance_type), None)
+        labels = dict(it.labels) if it else {L.INSTANCE_TYPE: inst.instance_type}
+        labels.update({L.ZONE: inst.zone, L.CAPACITY_TYPE: inst.capacity_type})
+        for key in (L.NODEPOOL, L.EC2NODECLASS):
+            if key in inst.tags:
+                labels[key] = inst.tags[key]
+        return LaunchedNode(provider_id=inst.provider_id, instance_type=inst.instance_type, zone=inst.zone,
+                            capacity_type=inst.capacity_type, image_id=inst.image_id, labels=labels,
+                            capacity=dict(it.capacity) if it else {}, allocatable=it.allocatable if it else {})
+
+    def get(self, provider_id: str) -> LaunchedNode:
+        """The machine behind a providerID."""
+        return self._describe(instances.get(self.ec2, provider_id))
+
+    def list(self) -> list[LaunchedNode]:
+        """Every live machine this cluster's karpy launched."""
+        return [self._describe(i) for i in instances.list_managed(self.ec2, self.cluster.name)]
+
+    def delete(self, provider_id: str) -> None:
+        """Terminate the machine."""
+        instances.delete(self.ec2, provider_id)
