@@ -114,8 +114,8 @@ def test_launch_register_and_bind(provider_and_class, kube_api):
 def test_unsupported_ami_family_is_named(provider_and_class):
     provider, nodeclass = provider_and_class
     br = json.loads(json.dumps(nodeclass))
-    br["spec"]["amiSelectorTerms"] = [{"alias": "bottlerocket@latest"}]
-    with pytest.raises(Exception, match="bottlerocket"):
+    br["spec"]["amiSelectorTerms"] = [{"alias": "windows2022@latest"}]
+    with pytest.raises(Exception, match="windows2022"):
         provider.create(_nodeclaim(f"default-{uuid.uuid4().hex[:5]}"), br)
 
 

@@ -120,3 +120,37 @@ def test_launch_template_name_follows_content():
     assert a.name() == b.name() != c.name()
     assert a.name().startswith("karpenter.k8s.aws/")
     assert a.data()["MetadataOptions"]["HttpTokens"] == "required"
+
+
+def test_al2_bootstrap_carries_kubelet_args_after_user_script():
+    from controller.cloud.aws.userdata import al2_user_data
+
+    node = NodeSettings({"karpenter.sh/nodepool": "default"}, [{"key": "a", "value": "b", "effect": "NoSchedule"}],
+                        {"maxPods": 58})
+    parts = _parts(al2_user_data(CLUSTER, node, "#!/bin/bash\necho first"))
+    assert [t for t, _ in parts] == ["text/x-shellscript", "text/x-shellscript"]
+    assert "echo first" in parts[0][1]
+    boot = parts[1][1]
+    assert "/etc/eks/bootstrap.sh 'prod' --apiserver-endpoint 'https://ABC.gr7.us-east-1.eks.amazonaws.com'" in boot
+    assert "--use-max-pods false" in boot
+    assert ("--kubelet-extra-args '--node-labels=karpenter.sh/nodepool=default --register-with-taints=a=b:NoSchedule "
+            "--max-pods=58'") in boot
+
+
+def test_bottlerocket_settings_merge_with_karpenters_winning():
+    import tomllib
+
+    from controller.cloud.aws.userdata import bottlerocket_user_data
+
+    user = ('[settings.kubernetes]\ncluster-name = "wrong"\nmax-pods = 5\n'
+            '[settings.host-containers.admin]\nenabled = true\n')
+    node = NodeSettings({"karpenter.sh/nodepool": "default"}, [{"key": "a", "value": "b", "effect": "NoSchedule"}],
+                        {"maxPods": 110})
+    settings = tomllib.loads(bottlerocket_user_data(CLUSTER, node, user))["settings"]
+    k8s = settings["kubernetes"]
+    assert k8s["cluster-name"] == "prod" and k8s["api-server"] == CLUSTER.endpoint and k8s["max-pods"] == 110
+    assert k8s["node-labels"] == {"karpenter.sh/nodepool": "default"}
+    assert k8s["node-taints"] == {"a": ["b:NoSchedule"]}
+    assert settings["host-containers"]["admin"]["enabled"] is True  # the user's own settings are kept
+    with pytest.raises(ValueError, match="not valid TOML"):
+        bottlerocket_user_data(CLUSTER, node, "settings = [")

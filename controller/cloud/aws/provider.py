@@ -17,7 +17,13 @@ from controller.cloud.aws.instanceprofiles import InstanceProfiles
 from controller.cloud.aws.instancetypes import InstanceTypeProvider
 from controller.cloud.aws.launchtemplates import LaunchTemplateSpec, ensure
 from controller.cloud.aws.unavailable import UnavailableOfferings
-from controller.cloud.aws.userdata import ClusterInfo, NodeSettings, al2023_user_data
+from controller.cloud.aws.userdata import (
+    ClusterInfo,
+    NodeSettings,
+    al2_user_data,
+    al2023_user_data,
+    bottlerocket_user_data,
+)
 from controller.cloud.provider import LaunchedNode
 
 DISCOVERY_TTL_SECONDS = 60.0
@@ -68,9 +74,10 @@ class AWSCloudProvider:
         spec = nodeclass["spec"]
         name = nodeclass["metadata"]["name"]
         family = ami_family(spec)
-        if family != "al2023":
+        render = {"al2023": al2023_user_data, "al2": al2_user_data, "bottlerocket": bottlerocket_user_data}.get(family)
+        if render is None:
             raise LaunchError(f"EC2NodeClass {name}: user data for AMI family {family!r} is not implemented yet "
-                              "(al2023 is)")
+                              "(al2023, al2 and bottlerocket are)")
         subnets = self._cached(f"subnets/{name}", lambda: subnets_by_zone(
             discover_subnets(self.ec2, spec["subnetSelectorTerms"])))
         groups = self._cached(f"sgs/{name}", lambda: discover_security_groups(
@@ -81,7 +88,7 @@ class AWSCloudProvider:
         labels = dict(nodeclaim["metadata"].get("labels") or {})
         node = NodeSettings(labels=labels, taints=list(nodeclaim["spec"].get("taints") or [])
                             + list(nodeclaim["spec"].get("startupTaints") or []), kubelet=spec.get("kubelet") or {})
-        user_data = al2023_user_data(self.cluster, node, spec.get("userData"))
+        user_data = render(self.cluster, node, spec.get("userData"))
         owned = {f"kubernetes.io/cluster/{self.cluster.name}": "owned", "eks:eks-cluster-name": self.cluster.name,
                  L.EC2NODECLASS: name}
         templates = {}

@@ -107,3 +107,89 @@ def al2023_user_data(cluster: ClusterInfo, node: NodeSettings, user_data: str | 
         msg.attach(part)
     msg.attach(_part(yaml.safe_dump(nodeconfig(cluster, node), sort_keys=False), NODECONFIG_TYPE))
     return msg.as_string()
+
+
+def _kubelet_args(node: NodeSettings) -> str:
+    args = []
+    if node.labels:
+        args.append("--node-labels=" + ",".join(f"{k}={v}" for k, v in sorted(node.labels.items())))
+    if node.taints:
+        args.append("--register-with-taints=" + ",".join(
+            f"{t['key']}={t.get('value', '')}:{t['effect']}" for t in node.taints))
+    if node.kubelet.get("maxPods") is not None:
+        args.append(f"--max-pods={int(node.kubelet['maxPods'])}")
+    return " ".join(args)
+
+
+def al2_user_data(cluster: ClusterInfo, node: NodeSettings, user_data: str | None = None) -> str:
+    """The MIME document an AL2 node boots with: the user's shell part first, then /etc/eks/bootstrap.sh."""
+    msg = MIMEMultipart("mixed", boundary=BOUNDARY)
+    for part in _user_parts(user_data or ""):
+        msg.attach(part)
+    script = (f"#!/bin/bash -xe\nexec > >(tee /var/log/user-data.log|logger -t user-data -s 2>/dev/console) 2>&1\n"
+              f"/etc/eks/bootstrap.sh '{cluster.name}' --apiserver-endpoint '{cluster.endpoint}' "
+              f"--b64-cluster-ca '{cluster.certificate_authority}'")
+    if node.kubelet.get("maxPods") is not None:
+        script += " --use-max-pods false"
+    extra = _kubelet_args(node)
+    if extra:
+        script += f" \\\n--kubelet-extra-args '{extra}'"
+    msg.attach(_part(script + "\n", "text/x-shellscript"))
+    return msg.as_string()
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int | float):
+        return str(v)
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    return '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _toml_key(k: str) -> str:
+    return k if k.replace("-", "").replace("_", "").isalnum() else _toml_value(k)
+
+
+def to_toml(doc: dict[str, Any], prefix: str = "") -> str:
+    """A minimal TOML writer for Bottlerocket settings (tables, strings, numbers, booleans, lists)."""
+    scalars = [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in doc.items() if not isinstance(v, dict)]
+    out = ([f"[{prefix}]"] if prefix and scalars else []) + scalars
+    for k, v in doc.items():
+        if isinstance(v, dict):
+            sub = to_toml(v, f"{prefix}.{_toml_key(k)}" if prefix else _toml_key(k))
+            if sub:
+                out.append(sub)
+    return "\n".join(out)
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def bottlerocket_user_data(cluster: ClusterInfo, node: NodeSettings, user_data: str | None = None) -> str:
+    """Bottlerocket TOML settings: the user's settings with Karpenter's kubernetes settings merged over them."""
+    import tomllib
+
+    try:
+        user = tomllib.loads(user_data or "")
+    except tomllib.TOMLDecodeError as e:
+        raise ValueError(f"userData: not valid TOML for Bottlerocket: {e}") from None
+    k8s: dict[str, Any] = {"cluster-name": cluster.name, "api-server": cluster.endpoint,
+                           "cluster-certificate": cluster.certificate_authority}
+    if node.kubelet.get("maxPods") is not None:
+        k8s["max-pods"] = int(node.kubelet["maxPods"])
+    if node.kubelet.get("clusterDNS"):
+        k8s["cluster-dns-ip"] = node.kubelet["clusterDNS"][0]
+    if node.labels:
+        k8s["node-labels"] = dict(sorted(node.labels.items()))
+    if node.taints:
+        taints: dict[str, list[str]] = {}
+        for t in node.taints:
+            taints.setdefault(t["key"], []).append(f"{t.get('value', '')}:{t['effect']}")
+        k8s["node-taints"] = taints
+    return to_toml(_merge(user, {"settings": {"kubernetes": k8s}})) + "\n"
