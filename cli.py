@@ -137,21 +137,33 @@ def catalog() -> None:
 @click.option("--region", required=True)
 @click.option("--endpoint", default=None, help="EC2 endpoint URL (e.g. LocalStack); default is AWS itself.")
 @click.option("-o", "--output", "out", required=True, type=click.Path(dir_okay=False), help="Snapshot file to write.")
-def catalog_refresh(region: str, endpoint: str | None, out: str) -> None:
-    """Write a catalog snapshot from DescribeInstanceTypes and the offerings per zone (prices: the estimate model)."""
+@click.option("--no-pricing-api", is_flag=True, help="Do not ask the AWS Pricing API (isolated networks).")
+def catalog_refresh(region: str, endpoint: str | None, out: str, no_pricing_api: bool) -> None:
+    """Write a catalog snapshot: DescribeInstanceTypes, the offerings per zone, and prices (the Pricing API and spot
+    price history where reachable, the documented estimate model for the rest; the file says which)."""
     import datetime as dt
 
     import boto3
     from botocore.exceptions import BotoCoreError, ClientError
 
+    from controller.catalog.pricing import PriceTable
     from controller.catalog.snapshot import snapshot_from_ec2
+    from controller.cloud.aws.pricing import PricingProvider
+
+    ec2 = boto3.client("ec2", region_name=region, endpoint_url=endpoint)
+    # the Pricing API lives in us-east-1 (and a few others) whatever region is priced
+    pricing = None if no_pricing_api else boto3.client("pricing", region_name="us-east-1")
+    live = PricingProvider(pricing, ec2, region, PriceTable())
+
+    def price(instance_type: str, zone: str | None) -> float | None:
+        return live.on_demand_price(instance_type) if zone is None else live.spot_price(instance_type, zone)
 
     try:
-        count = snapshot_from_ec2(boto3.client("ec2", region_name=region, endpoint_url=endpoint), region, out,
-                                  dt.date.today().isoformat())
+        count = snapshot_from_ec2(ec2, region, out, dt.date.today().isoformat(), live=price,
+                                  live_source="live: Pricing API on-demand and spot price history")
     except (BotoCoreError, ClientError) as e:
         _fail(f"EC2 {region}: {e}")
-    click.echo(f"wrote {count} instance types to {out} (prices are estimates, see `karpy catalog show`)")
+    click.echo(f"wrote {count} instance types to {out} (prices: {live.source}; see `karpy catalog show`)")
 
 
 @catalog.command("show")

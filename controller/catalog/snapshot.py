@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -94,9 +95,14 @@ def write_snapshot(path: str | Path, *, region: str, infos: list[dict[str, Any]]
     return len(types)
 
 
-def snapshot_from_ec2(ec2: Any, region: str, path: str | Path, generated: str) -> int:
+LivePrice = Callable[[str, str | None], float | None]  # (instance type, zone or None for on-demand) -> USD/h
+
+
+def snapshot_from_ec2(ec2: Any, region: str, path: str | Path, generated: str, live: LivePrice | None = None,
+                      live_source: str = "") -> int:
     """Write a snapshot from an EC2 endpoint: DescribeInstanceTypes (types Karpenter supports), their offerings per
-    availability zone, and prices from the estimate model (labelled as such). Returns the number of types written."""
+    availability zone, and prices: `live` where it knows them, else the estimate model, and the file says which.
+    Returns the number of types written."""
     from controller.catalog.ec2 import supported
     from controller.catalog.pricing import MODEL_SUMMARY, estimate_prices
 
@@ -106,8 +112,24 @@ def snapshot_from_ec2(ec2: Any, region: str, path: str | Path, generated: str) -
     for page in ec2.get_paginator("describe_instance_type_offerings").paginate(LocationType="availability-zone"):
         for o in page["InstanceTypeOfferings"]:
             zones.setdefault(o["InstanceType"], []).append(o["Location"])
-    return write_snapshot(path, region=region, infos=infos, zones_by_type=zones,
-                          prices=estimate_prices(infos, zones), price_source=MODEL_SUMMARY, generated=generated)
+    prices = estimate_prices(infos, zones)
+    source = MODEL_SUMMARY
+    if live is not None:
+        hits = 0
+        for name in list(prices.on_demand):
+            price = live(name, None)
+            if price is not None:
+                prices.on_demand[name] = price
+                hits += 1
+        for name, zone in list(prices.spot):
+            price = live(name, zone)
+            if price is not None:
+                prices.spot[(name, zone)] = price
+                hits += 1
+        if hits:
+            source = f"{live_source} where available ({hits} prices); the rest {MODEL_SUMMARY}"
+    return write_snapshot(path, region=region, infos=infos, zones_by_type=zones, prices=prices, price_source=source,
+                          generated=generated)
 
 
 def _read(path: Path, name: str) -> Catalog:

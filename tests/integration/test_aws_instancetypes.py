@@ -44,3 +44,22 @@ def test_ice_marks_offerings_unavailable_and_kubelet_overrides(provider):
     assert all(o.available for o in m5.offerings if o.zone != zone)
     custom = next(it for it in provider.list(kubelet={"maxPods": 110}) if it.name == "m5.large")
     assert custom.capacity["pods"] == 110
+
+
+def test_catalog_refresh_cli_writes_a_usable_snapshot(localstack_endpoint, tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from cli import main
+    from controller.catalog.snapshot import load_catalog
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
+    out = tmp_path / "snap.json.gz"
+    res = CliRunner().invoke(main, ["catalog", "refresh", "--region", "us-east-1", "--endpoint", localstack_endpoint,
+                                    "--no-pricing-api", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    cat = load_catalog(str(out))
+    assert len(cat.instance_types) > 500
+    # spot prices came from the spot price history, on-demand from the estimate model, and the file says so
+    assert cat.price_source.startswith("live: Pricing API on-demand and spot price history where available")
+    assert "estimated" in cat.price_source
