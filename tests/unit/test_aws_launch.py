@@ -154,3 +154,15 @@ def test_bottlerocket_settings_merge_with_karpenters_winning():
     assert settings["host-containers"]["admin"]["enabled"] is True  # the user's own settings are kept
     with pytest.raises(ValueError, match="not valid TOML"):
         bottlerocket_user_data(CLUSTER, node, "settings = [")
+
+
+def test_clients_retry_throttling_adaptively():
+    from controller.cloud.aws.clients import client_config, make_clients
+
+    clients = make_clients("eu-west-1", pricing=False)
+    assert clients.ec2.meta.config.retries["mode"] == "adaptive"
+    assert clients.ec2.meta.config.retries["total_max_attempts"] == 10
+    assert clients.ec2.meta.region_name == "eu-west-1" and clients.pricing is None
+    assert make_clients("eu-west-1").pricing.meta.region_name == "us-east-1"
+    with pytest.raises(ValueError, match="retry mode 'sometimes'"):
+        client_config("sometimes")

@@ -1,0 +1,45 @@
+"""The AWS clients karpy uses, built once with botocore's retry policy: adaptive mode (client-side rate limiting on
+throttling) with retries for throttling, 5xx and transient network errors."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import boto3
+from botocore.config import Config
+
+DEFAULT_MAX_ATTEMPTS = 10
+
+
+def client_config(mode: str = "adaptive", max_attempts: int = DEFAULT_MAX_ATTEMPTS, pool: int = 32) -> Config:
+    """botocore Config with the retry mode and attempts, and a connection pool for concurrent launches."""
+    if mode not in ("standard", "adaptive", "legacy"):
+        raise ValueError(f"retry mode {mode!r}: expected standard, adaptive or legacy")
+    retries: Any = {"mode": mode, "total_max_attempts": max_attempts}  # attempts in all, the first one included
+    return Config(retries=retries, max_pool_connections=pool)
+
+
+@dataclass
+class AWSClients:
+    """EC2, SSM, IAM, SQS and Pricing clients for one region."""
+
+    ec2: Any
+    ssm: Any
+    iam: Any
+    sqs: Any
+    pricing: Any | None
+
+
+def make_clients(region: str, endpoint_url: str | None = None, mode: str = "adaptive",
+                 max_attempts: int = DEFAULT_MAX_ATTEMPTS, pricing: bool = True) -> AWSClients:
+    """Clients for region; endpoint_url points them at LocalStack or a VPC endpoint. The Pricing API is served from
+    us-east-1 whatever the region; pass pricing=False where it cannot be reached (isolated VPCs)."""
+    cfg = client_config(mode, max_attempts)
+    session: Any = boto3.session.Session()
+
+    def make(service: str, where: str = region) -> Any:
+        return session.client(service, region_name=where, endpoint_url=endpoint_url, config=cfg)
+
+    return AWSClients(ec2=make("ec2"), ssm=make("ssm"), iam=make("iam"), sqs=make("sqs"),
+                      pricing=make("pricing", "us-east-1") if pricing else None)
