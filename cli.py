@@ -177,5 +177,22 @@ def catalog_show(name: str) -> None:
                f"instance types: {len(cat.instance_types)}\nprices: {cat.price_source}\ngenerated: {cat.generated}")
 
 
+@main.command()
+@click.option("--env", "envs", multiple=True, help="Environment (repeatable); default: all.")
+@click.option("-o", "--output", "outdir", default="cdktf.out", show_default=True, type=click.Path(file_okay=False))
+def synth(envs: tuple[str, ...], outdir: str) -> None:
+    """Synthesize the Terraform JSON of environments' stacks (needs the infra extra and Node.js; no Terraform)."""
+    try:
+        from stacks.app import synth as synth_stacks
+    except ImportError as e:
+        _fail(f"synth needs the infra extra (pip install 'karpy[infra]'): {e}")
+    try:
+        paths = synth_stacks(list(envs) or None, outdir)
+    except ValueError as e:
+        _fail(str(e))
+    for path in paths:
+        click.echo(path)
+
+
 if __name__ == "__main__":
     main()

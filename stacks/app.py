@@ -1,0 +1,99 @@
+"""The CDK Terrain app: one stack per environment, composed from infra/ constructs.
+
+    .venv/bin/python -m stacks.app          (what cdktf.json runs)
+    karpy synth [--env E] [-o DIR]
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from infra.cdk import (
+    App,
+    AwsProvider,
+    Construct,
+    DataAwsCallerIdentity,
+    DataAwsPartition,
+    LocalBackend,
+    S3Backend,
+    TerraformOutput,
+    TerraformStack,
+)
+from infra.constructs import (
+    ControllerRole,
+    ControllerRoleProps,
+    DiscoveryTags,
+    InterruptionQueue,
+    InterruptionQueueProps,
+    NodeRole,
+    NodeRoleProps,
+)
+from infra.policies import PolicyContext
+from stacks.environments import ENVIRONMENTS, EnvironmentConfig
+
+
+class KarpyStack(TerraformStack):
+    """Everything karpy needs in one environment's AWS account."""
+
+    def __init__(self, scope: Construct, env: EnvironmentConfig) -> None:
+        super().__init__(scope, env.name)
+        AwsProvider(self, "aws", region=env.region, default_tags=[{"tags": {"managed-by": "karpy", **env.tags}}])
+        if env.state_bucket:
+            S3Backend(self, bucket=env.state_bucket, key=f"karpy/{env.name}.tfstate", region=env.region,
+                      dynamodb_table=env.state_lock_table, encrypt=True)
+        else:
+            LocalBackend(self, path=f"terraform.{env.name}.tfstate")
+        partition = DataAwsPartition(self, "partition")
+        caller = DataAwsCallerIdentity(self, "caller")
+        node = NodeRole(self, "node", NodeRoleProps(cluster_name=env.cluster_name, partition=partition.partition))
+        queue = InterruptionQueue(self, "interruption", InterruptionQueueProps(cluster_name=env.cluster_name))
+        ctx = PolicyContext(partition=partition.partition, region=env.region, account_id=caller.account_id,
+                            cluster_name=env.cluster_name, node_role_arn=node.role.arn, queue_arn=queue.queue.arn)
+        controller = ControllerRole(self, "controller", ControllerRoleProps(
+            context=ctx, namespace=env.namespace, service_account=env.service_account,
+            oidc_provider_arn=env.oidc_provider_arn, oidc_issuer=env.oidc_issuer, pod_identity=env.pod_identity))
+        DiscoveryTags(self, "discovery", env.cluster_name, [*env.subnet_ids, *env.security_group_ids])
+        outputs = {
+            "controller_role_arn": controller.role.arn, "controller_role_name": controller.role.name,
+            "node_role_arn": node.role.arn, "node_role_name": node.role.name,
+            "queue_name": queue.queue.name, "queue_url": queue.queue.url, "queue_arn": queue.queue.arn,
+            "namespace": env.namespace, "service_account": env.service_account,
+            "cluster_name": env.cluster_name, "cluster_endpoint": env.cluster_endpoint,
+        }
+        for suffix, rule in queue.rules.items():
+            outputs[f"rule_{suffix}"] = rule.name
+        for key, value in outputs.items():
+            TerraformOutput(self, key, value=value)
+
+
+def environments() -> list[str]:
+    """The configured environment names."""
+    return list(ENVIRONMENTS)
+
+
+def build(app: App, envs: list[str] | None = None) -> list[KarpyStack]:
+    """Add the stacks of envs (default: all) to app; an unknown name is a ValueError listing the known ones."""
+    names = envs or environments()
+    unknown = [n for n in names if n not in ENVIRONMENTS]
+    if unknown:
+        raise ValueError(f"unknown environment(s) {', '.join(unknown)}; known: {', '.join(environments())}")
+    return [KarpyStack(app, ENVIRONMENTS[n]) for n in names]
+
+
+def synth(envs: list[str] | None = None, outdir: str = "cdktf.out") -> list[str]:
+    """Synthesize the stacks to outdir/stacks/<env>/cdk.tf.json; returns those directories."""
+    app = App(outdir=outdir)
+    stacks = build(app, envs)
+    app.synth()
+    return [str(Path(outdir) / "stacks" / s.node.id) for s in stacks]
+
+
+def main() -> None:
+    """Entry point of cdktf.json's app command."""
+    app = App()
+    build(app)
+    app.synth()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,113 @@
+"""Real CDK Terrain synths (jsii, Node.js) of every environment, asserted on the Terraform JSON."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from infra.events import INTERRUPTION_RULES
+from stacks.app import environments, synth
+from stacks.environments import ENVIRONMENTS
+
+pytestmark = pytest.mark.synth
+
+
+@pytest.fixture(scope="module")
+def stacks(tmp_path_factory) -> dict[str, dict[str, Any]]:
+    out = tmp_path_factory.mktemp("cdktf.out")
+    dirs = synth(None, str(out))
+    return {Path(d).name: json.loads((Path(d) / "cdk.tf.json").read_text()) for d in dirs}
+
+
+def resources(stack: dict[str, Any], kind: str) -> dict[str, dict[str, Any]]:
+    return stack["resource"].get(kind, {})
+
+
+def one(stack: dict[str, Any], kind: str, contains: str) -> dict[str, Any]:
+    found = [v for k, v in resources(stack, kind).items() if contains in k]
+    assert len(found) == 1, (kind, contains, list(resources(stack, kind)))
+    return found[0]
+
+
+def test_every_environment_synthesizes(stacks):
+    assert sorted(stacks) == sorted(environments()) == ["dev", "prod", "staging"]
+
+
+@pytest.mark.parametrize("env", ["dev", "staging", "prod"])
+def test_queue_and_rules(stacks, env):
+    s = stacks[env]
+    queue = one(s, "aws_sqs_queue", "interruption")
+    assert queue["message_retention_seconds"] == 300 and queue["sqs_managed_sse_enabled"] is True
+    assert queue["name"] == ENVIRONMENTS[env].cluster_name
+    policy = json.loads(one(s, "aws_sqs_queue_policy", "interruption")["policy"])
+    assert policy["Statement"][0]["Principal"]["Service"] == ["events.amazonaws.com", "sqs.amazonaws.com"]
+    assert policy["Statement"][1]["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+    assert policy["Statement"][0]["Resource"].startswith("${aws_sqs_queue.")
+    rules = resources(s, "aws_cloudwatch_event_rule")
+    assert sorted(json.loads(r["event_pattern"])["detail-type"][0] for r in rules.values()) == sorted(
+        p["detail-type"][0] for p in INTERRUPTION_RULES.values())
+    targets = resources(s, "aws_cloudwatch_event_target")
+    assert len(targets) == len(INTERRUPTION_RULES)
+    assert all(t["arn"].startswith("${aws_sqs_queue.") and t["rule"].startswith("${aws_cloudwatch_event_rule.")
+               for t in targets.values())
+
+
+@pytest.mark.parametrize("env", ["dev", "staging", "prod"])
+def test_roles_and_policies_reference_each_other(stacks, env):
+    s = stacks[env]
+    cluster = ENVIRONMENTS[env].cluster_name
+    node = one(s, "aws_iam_role", "node")
+    assert node["name"] == f"KarpenterNodeRole-{cluster}"
+    assert json.loads(node["assume_role_policy"])["Statement"][0]["Principal"] == {"Service": "ec2.amazonaws.com"}
+    attached = [a["policy_arn"] for a in resources(s, "aws_iam_role_policy_attachment").values()]
+    for managed in ("AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryPullOnly", "AmazonEKS_CNI_Policy"):
+        assert any(a.endswith(f":policy/{managed}") for a in attached), managed
+    policies = {k: json.loads(v["policy"]) for k, v in resources(s, "aws_iam_policy").items()}
+    assert len(policies) == 5
+    passrole = next(st for doc in policies.values() for st in doc["Statement"] if st["Action"] == "iam:PassRole")
+    assert passrole["Resource"].startswith("${aws_iam_role.node_role")  # a reference, not a copied ARN
+    queue = next(st for doc in policies.values() for st in doc["Statement"]
+                 if st["Sid"] == "AllowInterruptionQueueActions")
+    assert queue["Resource"].startswith("${aws_sqs_queue.")
+    assert all(len(json.dumps(doc, separators=(",", ":"))) <= 6144 for doc in policies.values())
+
+
+def test_trust_follows_the_environment(stacks):
+    dev = json.loads(one(stacks["dev"], "aws_iam_role", "controller")["assume_role_policy"])
+    assert dev["Statement"][0]["Action"] == "sts:AssumeRoleWithWebIdentity"
+    assert dev["Statement"][0]["Condition"]["StringEquals"][
+        "oidc.eks.us-east-1.amazonaws.com/id/0A1B2C3D4E5F:sub"] == "system:serviceaccount:kube-system:karpenter"
+    prod = json.loads(one(stacks["prod"], "aws_iam_role", "controller")["assume_role_policy"])
+    assert prod["Statement"][0]["Principal"] == {"Service": "pods.eks.amazonaws.com"}
+    assert resources(stacks["prod"], "aws_eks_pod_identity_association")
+    assert not resources(stacks["dev"], "aws_eks_pod_identity_association")
+
+
+def test_outputs_backends_and_discovery_tags(stacks):
+    for env, s in stacks.items():
+        assert {"controller_role_arn", "controller_role_name", "node_role_arn", "node_role_name", "queue_name",
+                "queue_url", "queue_arn", "namespace", "service_account", "cluster_name",
+                "cluster_endpoint"} <= set(s["output"])
+        assert s["output"]["queue_arn"]["value"].startswith("${aws_sqs_queue.")
+        tags = resources(s, "aws_ec2_tag")
+        cfg = ENVIRONMENTS[env]
+        assert sorted(t["resource_id"] for t in tags.values()) == sorted(cfg.subnet_ids + cfg.security_group_ids)
+        assert {t["key"] for t in tags.values()} == {"karpenter.sh/discovery"}
+    assert "local" in stacks["dev"]["terraform"]["backend"]
+    s3 = stacks["prod"]["terraform"]["backend"]["s3"]
+    assert s3["bucket"] == "example-terraform-state-prod" and s3["dynamodb_table"] == "example-terraform-locks"
+
+
+def test_cli_synth(tmp_path):
+    from click.testing import CliRunner
+
+    from cli import main
+
+    ok = CliRunner().invoke(main, ["synth", "--env", "dev", "-o", str(tmp_path)])
+    assert ok.exit_code == 0, ok.output
+    assert (tmp_path / "stacks" / "dev" / "cdk.tf.json").exists()
+    bad = CliRunner().invoke(main, ["synth", "--env", "qa", "-o", str(tmp_path)])
+    assert bad.exit_code == 1 and "unknown environment(s) qa; known: dev, staging, prod" in bad.output
