@@ -13,7 +13,10 @@ from infra.cdk import (
     AwsProvider,
     Construct,
     DataAwsCallerIdentity,
+    DataAwsEksCluster,
     DataAwsPartition,
+    Fn,
+    KubernetesProvider,
     LocalBackend,
     S3Backend,
     TerraformOutput,
@@ -28,8 +31,10 @@ from infra.constructs import (
     NodeRole,
     NodeRoleProps,
 )
+from infra.nodepools import KarpenterResources
 from infra.policies import PolicyContext
 from stacks.environments import ENVIRONMENTS, EnvironmentConfig
+from stacks.pools import pools
 
 
 class KarpyStack(TerraformStack):
@@ -53,6 +58,14 @@ class KarpyStack(TerraformStack):
             context=ctx, namespace=env.namespace, service_account=env.service_account,
             oidc_provider_arn=env.oidc_provider_arn, oidc_issuer=env.oidc_issuer, pod_identity=env.pod_identity))
         DiscoveryTags(self, "discovery", env.cluster_name, [*env.subnet_ids, *env.security_group_ids])
+        eks = DataAwsEksCluster(self, "cluster", name=env.cluster_name)
+        kubernetes = KubernetesProvider(
+            self, "kubernetes", host=env.cluster_endpoint,
+            cluster_ca_certificate=Fn.base64decode(eks.certificate_authority.get(0).data),
+            exec=[{"apiVersion": "client.authentication.k8s.io/v1beta1", "command": "aws",
+                   "args": ["eks", "get-token", "--cluster-name", env.cluster_name, "--region", env.region]}])
+        KarpenterResources(self, "karpenter", pools(env.name, env.cluster_name), kubernetes,
+                           f"stacks/pools.py[{env.name}]", node.role.name)
         outputs = {
             "controller_role_arn": controller.role.arn, "controller_role_name": controller.role.name,
             "node_role_arn": node.role.arn, "node_role_name": node.role.name,

@@ -111,3 +111,44 @@ def test_cli_synth(tmp_path):
     assert (tmp_path / "stacks" / "dev" / "cdk.tf.json").exists()
     bad = CliRunner().invoke(main, ["synth", "--env", "qa", "-o", str(tmp_path)])
     assert bad.exit_code == 1 and "unknown environment(s) qa; known: dev, staging, prod" in bad.output
+
+
+def _manifests(stack: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {v["manifest"]["metadata"]["name"] + "/" + v["manifest"]["kind"]: v["manifest"]
+            for v in resources(stack, "kubernetes_manifest").values()}
+
+
+def test_pools_as_code(stacks):
+    for s in stacks.values():
+        m = _manifests(s)
+        assert sorted(m) == sorted(["default/EC2NodeClass", "system-critical/NodePool", "monitoring/NodePool",
+                                    "cicd/NodePool", "cron/NodePool", "service/NodePool", "default/NodePool"])
+        assert m["default/EC2NodeClass"]["spec"]["role"].startswith("${aws_iam_role.node_role")
+        assert m["default/NodePool"]["spec"]["template"]["spec"]["expireAfter"] == "720h"  # defaults filled in
+        assert m["system-critical/NodePool"]["spec"]["template"]["spec"]["taints"] == [
+            {"key": "CriticalAddonsOnly", "value": "true", "effect": "NoSchedule"}]
+
+    def capacity(env, pool):
+        reqs = _manifests(stacks[env])[f"{pool}/NodePool"]["spec"]["template"]["spec"]["requirements"]
+        return next(r["values"] for r in reqs if r["key"] == "karpenter.sh/capacity-type")
+
+    assert capacity("prod", "system-critical") == ["on-demand"]
+    assert capacity("dev", "system-critical") == ["spot", "on-demand"]
+    assert capacity("dev", "cicd") == ["spot"]
+    provider = stacks["prod"]["provider"]["kubernetes"][0]
+    assert provider["host"] == ENVIRONMENTS["prod"].cluster_endpoint
+    assert "data.aws_eks_cluster" in provider["cluster_ca_certificate"]
+
+
+def test_a_bad_pool_fails_synth_naming_the_field():
+    from infra.nodepools import InvalidKarpenterResources, validated_manifests
+    from stacks.pools import nodepool
+
+    bad = nodepool("broken", weight=101, capacity_types=["spot"], categories=["c"])
+    bad["spec"]["template"]["spec"]["requirements"][0]["operator"] = "Gt"
+    with pytest.raises(InvalidKarpenterResources) as e:
+        validated_manifests([bad], "stacks/pools.py[dev]")
+    message = str(e.value)
+    assert "stacks/pools.py[dev]: NodePool/broken: spec.weight: must be <= 100, got 101" in message
+    assert ("stacks/pools.py[dev]: NodePool/broken: spec.template.spec.requirements[0].values: Gt takes exactly one "
+            "integer") in message
