@@ -31,6 +31,7 @@ from infra.constructs import (
     NodeRole,
     NodeRoleProps,
 )
+from infra.deployment import ControllerDeployment, DeploymentProps
 from infra.nodepools import KarpenterResources
 from infra.policies import PolicyContext
 from stacks.environments import ENVIRONMENTS, EnvironmentConfig
@@ -66,6 +67,11 @@ class KarpyStack(TerraformStack):
                    "args": ["eks", "get-token", "--cluster-name", env.cluster_name, "--region", env.region]}])
         KarpenterResources(self, "karpenter", pools(env.name, env.cluster_name), kubernetes,
                            f"stacks/pools.py[{env.name}]", node.role.name)
+        ControllerDeployment(self, "controller-deployment", DeploymentProps(
+            cluster_name=env.cluster_name, cluster_endpoint=env.cluster_endpoint, region=env.region,
+            queue_name=queue.queue.name, role_arn=None if env.pod_identity else controller.role.arn,
+            image_repository=env.image_repository, version=karpy_version(), namespace=env.namespace,
+            service_account=env.service_account), kubernetes)
         outputs = {
             "controller_role_arn": controller.role.arn, "controller_role_name": controller.role.name,
             "node_role_arn": node.role.arn, "node_role_name": node.role.name,
@@ -77,6 +83,16 @@ class KarpyStack(TerraformStack):
             outputs[f"rule_{suffix}"] = rule.name
         for key, value in outputs.items():
             TerraformOutput(self, key, value=value)
+
+
+def karpy_version() -> str:
+    """The installed karpy's version: the controller image tag."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("karpy")
+    except PackageNotFoundError:
+        return "0.1.0"
 
 
 def environments() -> list[str]:

@@ -115,7 +115,8 @@ def test_cli_synth(tmp_path):
 
 def _manifests(stack: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {v["manifest"]["metadata"]["name"] + "/" + v["manifest"]["kind"]: v["manifest"]
-            for v in resources(stack, "kubernetes_manifest").values()}
+            for v in resources(stack, "kubernetes_manifest").values()
+            if v["manifest"]["kind"] in ("NodePool", "EC2NodeClass")}
 
 
 def test_pools_as_code(stacks):
@@ -152,3 +153,30 @@ def test_a_bad_pool_fails_synth_naming_the_field():
     assert "stacks/pools.py[dev]: NodePool/broken: spec.weight: must be <= 100, got 101" in message
     assert ("stacks/pools.py[dev]: NodePool/broken: spec.template.spec.requirements[0].values: Gt takes exactly one "
             "integer") in message
+
+
+def test_controller_deployment_is_wired_from_outputs(stacks):
+    for env, s in stacks.items():
+        m = {(v["manifest"]["kind"], v["manifest"]["metadata"]["name"]): v["manifest"]
+             for v in resources(s, "kubernetes_manifest").values()}
+        crds = {name for kind, name in m if kind == "CustomResourceDefinition"}
+        assert crds == {"nodepools.karpenter.sh", "nodeclaims.karpenter.sh", "ec2nodeclasses.karpenter.k8s.aws"}
+        dep = m[("Deployment", "karpy")]
+        env_vars = {e["name"]: e.get("value") for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
+        assert env_vars["INTERRUPTION_QUEUE"].startswith("${aws_sqs_queue.")  # a reference, not a copy
+        assert env_vars["CLUSTER_NAME"] == ENVIRONMENTS[env].cluster_name
+        assert dep["spec"]["replicas"] == 2
+        pod = dep["spec"]["template"]["spec"]
+        assert pod["priorityClassName"] == "system-cluster-critical"
+        terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+        assert terms[0]["matchExpressions"] == [{"key": "karpenter.sh/nodepool", "operator": "DoesNotExist"}]
+        sc = pod["containers"][0]["securityContext"]
+        assert sc["runAsNonRoot"] and sc["readOnlyRootFilesystem"] and not sc["allowPrivilegeEscalation"]
+        sa = m[("ServiceAccount", "karpenter")]
+        if ENVIRONMENTS[env].pod_identity:
+            assert "annotations" not in sa["metadata"]
+        else:
+            assert sa["metadata"]["annotations"]["eks.amazonaws.com/role-arn"].startswith("${aws_iam_role.controller")
+        assert ("PodDisruptionBudget", "karpy") in m and ("ClusterRole", "karpy") in m and ("Role", "karpy") in m
+        rules = m[("ClusterRole", "karpy")]["rules"]
+        assert {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]} in rules
