@@ -194,5 +194,31 @@ def synth(envs: tuple[str, ...], outdir: str) -> None:
         click.echo(path)
 
 
+@main.command()
+@click.option("--env", "env", required=True, help="Environment (a stack in stacks/).")
+def diff(env: str) -> None:
+    """Show what `deploy` would change in ENV (runs the real CDK Terrain CLI and Terraform)."""
+    _run_cdk("diff", env)
+
+
+@main.command()
+@click.option("--env", "env", required=True, help="Environment (a stack in stacks/).")
+def deploy(env: str) -> None:
+    """Deploy ENV's stack (runs the real CDK Terrain CLI and Terraform, auto-approved)."""
+    _run_cdk("deploy", env)
+
+
+def _run_cdk(action: str, env: str) -> None:
+    from stacks.cli_support import MissingTool, run_cdk
+
+    try:
+        code = run_cdk(action, env)
+    except MissingTool as e:
+        _fail(str(e), 2)
+    except ValueError as e:
+        _fail(str(e))
+    sys.exit(code)
+
+
 if __name__ == "__main__":
     main()

@@ -14,6 +14,7 @@ from cdktn_provider_aws.iam_instance_profile import IamInstanceProfile
 from cdktn_provider_aws.iam_policy import IamPolicy
 from cdktn_provider_aws.iam_role import IamRole
 from cdktn_provider_aws.iam_role_policy_attachment import IamRolePolicyAttachment
+from cdktn_provider_aws.iam_service_linked_role import IamServiceLinkedRole
 from cdktn_provider_aws.provider import AwsProvider
 from cdktn_provider_aws.sqs_queue import SqsQueue
 from cdktn_provider_aws.sqs_queue_policy import SqsQueuePolicy
@@ -24,6 +25,7 @@ from constructs import Construct
 __all__ = [
     "App", "AwsProvider", "CloudwatchEventRule", "CloudwatchEventTarget", "Construct", "DataAwsCallerIdentity",
     "DataAwsEksCluster", "DataAwsPartition", "Ec2Tag", "EksAccessEntry", "EksPodIdentityAssociation", "Fn",
-    "IamInstanceProfile", "IamPolicy", "IamRole", "IamRolePolicyAttachment", "KubernetesProvider", "LocalBackend",
-    "Manifest", "S3Backend", "SqsQueue", "SqsQueuePolicy", "TerraformOutput", "TerraformStack", "Testing",
+    "IamInstanceProfile", "IamPolicy", "IamRole", "IamRolePolicyAttachment", "IamServiceLinkedRole",
+    "KubernetesProvider", "LocalBackend", "Manifest", "S3Backend", "SqsQueue", "SqsQueuePolicy", "TerraformOutput",
+    "TerraformStack", "Testing",
 ]

@@ -21,6 +21,7 @@ from infra.cdk import (
     IamPolicy,
     IamRole,
     IamRolePolicyAttachment,
+    IamServiceLinkedRole,
     SqsQueue,
     SqsQueuePolicy,
 )
@@ -146,3 +147,13 @@ class DiscoveryTags(Construct):
         super().__init__(scope, id)
         for i, rid in enumerate(resource_ids):
             Ec2Tag(self, f"tag-{i}", resource_id=rid, key="karpenter.sh/discovery", value=cluster_name)
+
+
+class SpotServiceLinkedRole(Construct):
+    """AWSServiceRoleForEC2Spot, which EC2 needs before an account's first spot launch. Opt-in: it exists once per
+    account, so create it from one stack only (creating it twice fails)."""
+
+    def __init__(self, scope: Construct, id: str) -> None:
+        super().__init__(scope, id)
+        self.role = IamServiceLinkedRole(self, "role", aws_service_name="spot.amazonaws.com",
+                                         description="EC2 Spot, for karpy's spot launches")

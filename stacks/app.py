@@ -30,6 +30,7 @@ from infra.constructs import (
     InterruptionQueueProps,
     NodeRole,
     NodeRoleProps,
+    SpotServiceLinkedRole,
 )
 from infra.deployment import ControllerDeployment, DeploymentProps
 from infra.nodepools import KarpenterResources
@@ -59,6 +60,8 @@ class KarpyStack(TerraformStack):
             context=ctx, namespace=env.namespace, service_account=env.service_account,
             oidc_provider_arn=env.oidc_provider_arn, oidc_issuer=env.oidc_issuer, pod_identity=env.pod_identity))
         DiscoveryTags(self, "discovery", env.cluster_name, [*env.subnet_ids, *env.security_group_ids])
+        if env.create_spot_service_linked_role:
+            SpotServiceLinkedRole(self, "spot")
         eks = DataAwsEksCluster(self, "cluster", name=env.cluster_name)
         kubernetes = KubernetesProvider(
             self, "kubernetes", host=env.cluster_endpoint,

@@ -25,6 +25,7 @@ class EnvironmentConfig:
     state_bucket: str | None = None  # S3 state backend when set; local state otherwise
     state_lock_table: str | None = None  # DynamoDB table for state locking with the S3 backend
     tags: dict[str, str] = field(default_factory=dict)
+    create_spot_service_linked_role: bool = False  # once per account, and only if it does not exist yet
 
 
 ENVIRONMENTS: dict[str, EnvironmentConfig] = {
@@ -34,7 +35,8 @@ ENVIRONMENTS: dict[str, EnvironmentConfig] = {
         oidc_provider_arn="arn:aws:iam::111122223333:oidc-provider/oidc.eks.us-east-1.amazonaws.com/id/0A1B2C3D4E5F",
         oidc_issuer="https://oidc.eks.us-east-1.amazonaws.com/id/0A1B2C3D4E5F",
         subnet_ids=["subnet-0dev0000000000001", "subnet-0dev0000000000002"],
-        security_group_ids=["sg-0dev0000000000001"], tags={"environment": "dev"}),
+        security_group_ids=["sg-0dev0000000000001"], tags={"environment": "dev"},
+        create_spot_service_linked_role=True),
     "staging": EnvironmentConfig(
         name="staging", region="eu-west-1", cluster_name="staging",
         cluster_endpoint="https://1B2C3D4E5F6A.gr7.eu-west-1.eks.amazonaws.com",

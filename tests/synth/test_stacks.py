@@ -180,3 +180,25 @@ def test_controller_deployment_is_wired_from_outputs(stacks):
         assert ("PodDisruptionBudget", "karpy") in m and ("ClusterRole", "karpy") in m and ("Role", "karpy") in m
         rules = m[("ClusterRole", "karpy")]["rules"]
         assert {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]} in rules
+
+
+def test_deploy_says_what_is_missing(monkeypatch):
+    from click.testing import CliRunner
+
+    import stacks.cli_support as support
+    from cli import main
+
+    monkeypatch.setattr(support.shutil, "which", lambda name: None)  # a machine with none of the tools
+    res = CliRunner().invoke(main, ["deploy", "--env", "dev"])
+    assert res.exit_code == 2 and "terraform (or OpenTofu) is not installed" in res.output
+    monkeypatch.setattr(support.shutil, "which", lambda name: "/usr/bin/terraform" if name == "terraform" else None)
+    res = CliRunner().invoke(main, ["diff", "--env", "dev"])
+    assert res.exit_code == 2 and "Node.js is not installed" in res.output
+    res = CliRunner().invoke(main, ["diff", "--env", "qa"])
+    assert res.exit_code == 1 and "unknown environment 'qa'" in res.output
+
+
+def test_spot_service_linked_role_is_opt_in(stacks):
+    slr = resources(stacks["dev"], "aws_iam_service_linked_role")
+    assert [r["aws_service_name"] for r in slr.values()] == ["spot.amazonaws.com"]
+    assert not resources(stacks["prod"], "aws_iam_service_linked_role")
