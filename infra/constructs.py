@@ -42,7 +42,9 @@ class NodeRoleProps:
     ssm_managed: bool = True  # AmazonSSMManagedInstanceCore, for Session Manager access to nodes
     extra_policy_arns: list[str] = field(default_factory=list)
     create_instance_profile: bool = False  # only for EC2NodeClasses that name instanceProfile instead of role
-    access_entry: bool = True  # EKS access entry of type EC2_LINUX (else map the role in aws-auth yourself)
+    access_entry: bool = True  # EKS access entry of type EC2_LINUX; False: join through aws-auth (aws_auth_map_role)
+    path: str = "/"
+    permissions_boundary: str | None = None
 
 
 class NodeRole(Construct):
@@ -52,7 +54,8 @@ class NodeRole(Construct):
         super().__init__(scope, id)
         name = props.name or f"KarpenterNodeRole-{props.cluster_name}"
         self.role = IamRole(self, "role", name=name, assume_role_policy=json.dumps(node_trust()),
-                            description=f"karpy nodes of {props.cluster_name}")
+                            description=f"karpy nodes of {props.cluster_name}", path=props.path,
+                            permissions_boundary=props.permissions_boundary)
         cni = "AmazonEKS_CNI_IPv6_Policy" if props.ipv6 else "AmazonEKS_CNI_Policy"
         managed = ["AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryPullOnly", cni]
         if props.ssm_managed:
@@ -65,6 +68,13 @@ class NodeRole(Construct):
         if props.access_entry:
             EksAccessEntry(self, "access", cluster_name=props.cluster_name, principal_arn=self.role.arn,
                            type="EC2_LINUX")
+        self.aws_auth_map_role = aws_auth_map_role(self.role.arn)
+
+
+def aws_auth_map_role(role_arn: str) -> dict[str, object]:
+    """The aws-auth mapRoles entry that lets nodes of this role join (the legacy alternative to access entries)."""
+    return {"rolearn": role_arn, "username": "system:node:{{EC2PrivateDNSName}}",
+            "groups": ["system:bootstrappers", "system:nodes"]}
 
 
 @dataclass

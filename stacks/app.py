@@ -52,13 +52,18 @@ class KarpyStack(TerraformStack):
             LocalBackend(self, path=f"terraform.{env.name}.tfstate")
         partition = DataAwsPartition(self, "partition")
         caller = DataAwsCallerIdentity(self, "caller")
-        node = NodeRole(self, "node", NodeRoleProps(cluster_name=env.cluster_name, partition=partition.partition))
+        if env.node_join not in ("access-entry", "aws-auth"):
+            raise ValueError(f"{env.name}: node_join {env.node_join!r}: expected access-entry or aws-auth")
+        node = NodeRole(self, "node", NodeRoleProps(
+            cluster_name=env.cluster_name, partition=partition.partition, access_entry=env.node_join == "access-entry",
+            path=env.iam_path, permissions_boundary=env.permissions_boundary))
         queue = InterruptionQueue(self, "interruption", InterruptionQueueProps(cluster_name=env.cluster_name))
         ctx = PolicyContext(partition=partition.partition, region=env.region, account_id=caller.account_id,
                             cluster_name=env.cluster_name, node_role_arn=node.role.arn, queue_arn=queue.queue.arn)
         controller = ControllerRole(self, "controller", ControllerRoleProps(
             context=ctx, namespace=env.namespace, service_account=env.service_account,
-            oidc_provider_arn=env.oidc_provider_arn, oidc_issuer=env.oidc_issuer, pod_identity=env.pod_identity))
+            oidc_provider_arn=env.oidc_provider_arn, oidc_issuer=env.oidc_issuer, pod_identity=env.pod_identity,
+            path=env.iam_path, permissions_boundary=env.permissions_boundary))
         DiscoveryTags(self, "discovery", env.cluster_name, [*env.subnet_ids, *env.security_group_ids])
         if env.create_spot_service_linked_role:
             SpotServiceLinkedRole(self, "spot")
@@ -75,7 +80,7 @@ class KarpyStack(TerraformStack):
             queue_name=queue.queue.name, role_arn=None if env.pod_identity else controller.role.arn,
             image_repository=env.image_repository, version=karpy_version(), namespace=env.namespace,
             service_account=env.service_account), kubernetes)
-        outputs = {
+        outputs: dict[str, object] = {
             "controller_role_arn": controller.role.arn, "controller_role_name": controller.role.name,
             "node_role_arn": node.role.arn, "node_role_name": node.role.name,
             "queue_name": queue.queue.name, "queue_url": queue.queue.url, "queue_arn": queue.queue.arn,
@@ -84,6 +89,8 @@ class KarpyStack(TerraformStack):
         }
         for suffix, rule in queue.rules.items():
             outputs[f"rule_{suffix}"] = rule.name
+        if env.node_join == "aws-auth":
+            outputs["aws_auth_map_role"] = node.aws_auth_map_role
         for key, value in outputs.items():
             TerraformOutput(self, key, value=value)
 

@@ -26,6 +26,9 @@ class EnvironmentConfig:
     state_lock_table: str | None = None  # DynamoDB table for state locking with the S3 backend
     tags: dict[str, str] = field(default_factory=dict)
     create_spot_service_linked_role: bool = False  # once per account, and only if it does not exist yet
+    node_join: str = "access-entry"  # or "aws-auth": the stack then outputs aws_auth_map_role to merge into aws-auth
+    iam_path: str = "/"
+    permissions_boundary: str | None = None  # ARN of a boundary policy for the roles karpy creates
 
 
 ENVIRONMENTS: dict[str, EnvironmentConfig] = {
@@ -44,6 +47,7 @@ ENVIRONMENTS: dict[str, EnvironmentConfig] = {
         oidc_issuer="https://oidc.eks.eu-west-1.amazonaws.com/id/1B2C3D4E5F6A",
         subnet_ids=["subnet-0stg0000000000001", "subnet-0stg0000000000002", "subnet-0stg0000000000003"],
         security_group_ids=["sg-0stg0000000000001"], state_bucket="example-terraform-state-staging",
+        node_join="aws-auth",
         state_lock_table="example-terraform-locks",
         tags={"environment": "staging"}),
     "prod": EnvironmentConfig(

@@ -1,5 +1,6 @@
-"""The interruption path end to end on LocalStack: EventBridge rules built from infra/events.py deliver real-shaped
-events to an SQS queue, and the consumer parses each into its typed event, deletes it, and survives bad messages."""
+"""The interruption path end to end on LocalStack: a queue with the stacks' queue policy (infra/policies.py) and the
+stacks' EventBridge rules (infra/events.py) receives real-shaped events, and the consumer parses each into its typed
+event, deletes it, and survives bad messages."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 from controller.cloud.aws.interruption import DELETED, FAILED, RECEIVED, InterruptionQueue
 from controller.interruption.messages import Event
 from infra.events import INTERRUPTION_RULES, put_events_entry, sample_event
+from infra.policies import queue_policy
 
 pytestmark = pytest.mark.localstack
 
@@ -22,11 +24,9 @@ def queue(aws_client):
     name = f"karpy-interruption-{uuid.uuid4().hex[:8]}"
     url = sqs.create_queue(QueueName=name, Attributes={"MessageRetentionPeriod": "300"})["QueueUrl"]
     arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
-    policy = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "sqs:SendMessage",
-                                                      "Principal": {"Service": ["events.amazonaws.com",
-                                                                                "sqs.amazonaws.com"]},
-                                                      "Resource": arn}]}
-    sqs.set_queue_attributes(QueueUrl=url, Attributes={"Policy": json.dumps(policy)})
+    # the queue policy and the rules come from the same functions the stacks use (LocalStack accepts the policy but
+    # does not enforce resource policies: what it allows and denies is asserted in tests/unit/test_policies.py)
+    sqs.set_queue_attributes(QueueUrl=url, Attributes={"Policy": json.dumps(queue_policy(arn))})
     rules = []
     for suffix, pattern in INTERRUPTION_RULES.items():
         rule = f"{name}-{suffix}"

@@ -202,3 +202,15 @@ def test_spot_service_linked_role_is_opt_in(stacks):
     slr = resources(stacks["dev"], "aws_iam_service_linked_role")
     assert [r["aws_service_name"] for r in slr.values()] == ["spot.amazonaws.com"]
     assert not resources(stacks["prod"], "aws_iam_service_linked_role")
+
+
+def test_node_join_access_entry_or_aws_auth(stacks):
+    entries = resources(stacks["dev"], "aws_eks_access_entry")
+    assert [e["type"] for e in entries.values()] == ["EC2_LINUX"]
+    assert next(iter(entries.values()))["principal_arn"].startswith("${aws_iam_role.node_role")
+    assert not resources(stacks["staging"], "aws_eks_access_entry")
+    mapping = stacks["staging"]["output"]["aws_auth_map_role"]["value"]
+    assert mapping["username"] == "system:node:{{EC2PrivateDNSName}}"
+    assert mapping["groups"] == ["system:bootstrappers", "system:nodes"]
+    assert mapping["rolearn"].startswith("${aws_iam_role.node_role")
+    assert "aws_auth_map_role" not in stacks["dev"]["output"]
