@@ -2,8 +2,8 @@
 
     python benchmarks/launch.py --endpoint http://127.0.0.1:4566 --nodeclaims 100 --workers 8
 
-Sets up a VPC, subnets, a security group, a node role and the AL2023 alias parameters (LocalStack reserves
-/aws/service/..., so they are seeded under /karpy-bench and a botocore hook renames the prefix), then launches the
+Sets up a VPC, subnets, a security group, a node role and the AL2023 alias parameters (tests/integration/aws_world.py),
+then launches the
 NodeClaims one after another (the baseline, same run) and with a thread pool, and prints both and the ratio.
 """
 
@@ -23,53 +23,17 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import boto3
 from botocore.config import Config
 
-from controller.catalog.pricing import PriceTable
-from controller.cloud.aws.amis import alias_parameters
-from controller.cloud.aws.instancetypes import InstanceTypeProvider
-from controller.cloud.aws.pricing import PricingProvider
-from controller.cloud.aws.provider import AWSCloudProvider
-from controller.cloud.aws.userdata import ClusterInfo
 
-SEEDED = "/karpy-bench"
-K8S = "1.31"
+def setup(endpoint: str) -> tuple[Any, dict[str, Any]]:
+    """A cluster's worth of AWS resources on LocalStack and a provider for it (tests/integration/aws_world.py)."""
+    from tests.integration.aws_world import make_world
 
-
-def setup(endpoint: str) -> tuple[AWSCloudProvider, dict[str, Any]]:
-    """A cluster's worth of AWS resources on LocalStack and a provider for it."""
     kw: dict[str, Any] = {"region_name": "us-east-1", "endpoint_url": endpoint, "aws_access_key_id": "test",
                           "aws_secret_access_key": "test",
                           "config": Config(retries={"mode": "standard", "max_attempts": 5}, max_pool_connections=32)}
-    ec2: Any = boto3.client("ec2", **kw)
-    ssm, iam = boto3.client("ssm", **kw), boto3.client("iam", **kw)
-    cluster = f"bench{uuid.uuid4().hex[:6]}"
-    tag = [{"Key": "karpenter.sh/discovery", "Value": cluster}]
-    vpc = ec2.create_vpc(CidrBlock="10.40.0.0/16")["Vpc"]["VpcId"]
-    for i, zone in enumerate(("us-east-1a", "us-east-1b", "us-east-1c")):
-        ec2.create_subnet(VpcId=vpc, CidrBlock=f"10.40.{i}.0/24", AvailabilityZone=zone,
-                          TagSpecifications=[{"ResourceType": "subnet", "Tags": tag}])
-    ec2.create_security_group(GroupName=f"{cluster}-nodes", Description="nodes", VpcId=vpc,
-                              TagSpecifications=[{"ResourceType": "security-group", "Tags": tag}])
-    for arch, name in alias_parameters("al2023@latest", K8S).items():
-        image = ec2.describe_images(Filters=[{"Name": "architecture", "Values": [arch]}])["Images"][0]["ImageId"]
-        ssm.put_parameter(Name=SEEDED + name, Value=image, Type="String", Overwrite=True)
-
-    def seeded(params: dict[str, Any], **_: Any) -> None:
-        if params.get("Name", "").startswith("/aws/service/"):
-            params["Name"] = SEEDED + params["Name"]
-
-    ssm.meta.events.register("provide-client-params.ssm.GetParameter", seeded)
-    trust = json.dumps({"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "sts:AssumeRole",
-                                                                "Principal": {"Service": "ec2.amazonaws.com"}}]})
-    iam.create_role(RoleName=f"KarpenterNodeRole-{cluster}", AssumeRolePolicyDocument=trust)
-    prices = PriceTable(on_demand={"m5.large": 0.096, "c5.large": 0.085, "m5.xlarge": 0.192})
-    types = InstanceTypeProvider(ec2, PricingProvider(None, ec2, "us-east-1", prices), "us-east-1")
-    provider = AWSCloudProvider(cluster=ClusterInfo(cluster, "https://example.eks", "Q0E="), region="us-east-1",
-                                k8s_version=K8S, ec2=ec2, ssm=ssm, iam=iam, instance_types=types)
-    nodeclass = {"metadata": {"name": "default"}, "spec": {
-        "role": f"KarpenterNodeRole-{cluster}", "amiSelectorTerms": [{"alias": "al2023@latest"}],
-        "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": cluster}}],
-        "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": cluster}}]}}
-    return provider, nodeclass
+    return make_world(boto3.client("ec2", **kw), boto3.client("ssm", **kw), boto3.client("iam", **kw),
+                      cidr_octet=40, zones=("us-east-1a", "us-east-1b", "us-east-1c"),
+                      prices={"m5.large": 0.096, "c5.large": 0.085, "m5.xlarge": 0.192}, seeded_prefix="/karpy-bench")
 
 
 def nodeclaim(i: int) -> dict[str, Any]:

@@ -1,8 +1,6 @@
 """AWSCloudProvider end to end: an EC2NodeClass and a NodeClaim become a real (LocalStack) instance; the test plays
-kubelet for it on the real control plane, and the real scheduler binds a pending pod to that Node.
-
-LocalStack has no public /aws/service/... SSM parameters and reserves that prefix, so the AL2023 alias parameters are
-seeded under /karpy-test and a botocore hook renames the prefix in the real SSM requests."""
+kubelet for it on the real control plane, and the real scheduler binds a pending pod to that Node. The AWS resources
+come from tests/integration/aws_world.py (which says how the public AMI parameters are seeded)."""
 
 from __future__ import annotations
 
@@ -15,54 +13,17 @@ import pytest
 from kubernetes import client
 
 from controller.api.quantity import format_quantity
-from controller.catalog.pricing import PriceTable
-from controller.cloud.aws.amis import alias_parameters
 from controller.cloud.aws.errors import NodeClaimNotFoundError
-from controller.cloud.aws.instancetypes import InstanceTypeProvider
-from controller.cloud.aws.pricing import PricingProvider
-from controller.cloud.aws.provider import AWSCloudProvider
-from controller.cloud.aws.userdata import ClusterInfo
+from tests.integration.aws_world import make_world
 from tests.integration.kubelet import FakeKubelet
 
 pytestmark = [pytest.mark.localstack, pytest.mark.kube,
               pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")]
-K8S = "1.31"
-SEEDED = "/karpy-test"
-
-
 @pytest.fixture(scope="module")
 def provider_and_class(aws_client):
-    ec2, ssm, iam = aws_client("ec2"), aws_client("ssm"), aws_client("iam")
-    cluster = f"e2e{uuid.uuid4().hex[:6]}"
-    tag = [{"Key": "karpenter.sh/discovery", "Value": cluster}]
-    vpc = ec2.create_vpc(CidrBlock="10.30.0.0/16")["Vpc"]["VpcId"]
-    for i, zone in enumerate(("us-east-1a", "us-east-1b")):
-        ec2.create_subnet(VpcId=vpc, CidrBlock=f"10.30.{i}.0/24", AvailabilityZone=zone,
-                          TagSpecifications=[{"ResourceType": "subnet", "Tags": tag}])
-    ec2.create_security_group(GroupName=f"{cluster}-nodes", Description="nodes", VpcId=vpc,
-                              TagSpecifications=[{"ResourceType": "security-group", "Tags": tag}])
-    for arch, name in alias_parameters("al2023@latest", K8S).items():
-        image = ec2.describe_images(Filters=[{"Name": "architecture", "Values": [arch]}])["Images"][0]["ImageId"]
-        ssm.put_parameter(Name=SEEDED + name, Value=image, Type="String", Overwrite=True)
-
-    def under_seeded_prefix(params, **kwargs):
-        if params.get("Name", "").startswith("/aws/service/"):
-            params["Name"] = SEEDED + params["Name"]
-
-    ssm.meta.events.register("provide-client-params.ssm.GetParameter", under_seeded_prefix)
-    trust = json.dumps({"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "sts:AssumeRole",
-                                                                "Principal": {"Service": "ec2.amazonaws.com"}}]})
-    iam.create_role(RoleName=f"KarpenterNodeRole-{cluster}", AssumeRolePolicyDocument=trust)
-    fallback = PriceTable(on_demand={"m5.large": 0.096, "m6g.large": 0.077, "c5.large": 0.085})
-    types = InstanceTypeProvider(ec2, PricingProvider(None, ec2, "us-east-1", fallback), "us-east-1")
-    provider = AWSCloudProvider(cluster=ClusterInfo(cluster, "https://example.eks", "Q0E="), region="us-east-1",
-                                k8s_version=K8S, ec2=ec2, ssm=ssm, iam=iam, instance_types=types)
-    nodeclass = {"apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": "default"},
-                 "spec": {"role": f"KarpenterNodeRole-{cluster}", "amiSelectorTerms": [{"alias": "al2023@latest"}],
-                          "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": cluster}}],
-                          "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": cluster}}],
-                          "tags": {"team": "platform"}}}
-    return provider, nodeclass
+    return make_world(aws_client("ec2"), aws_client("ssm"), aws_client("iam"), cidr_octet=30,
+                      zones=("us-east-1a", "us-east-1b"),
+                      prices={"m5.large": 0.096, "m6g.large": 0.077, "c5.large": 0.085})
 
 
 def _nodeclaim(name: str) -> dict[str, Any]:
