@@ -166,6 +166,15 @@ class EC2NodeClass:
         return copy.deepcopy(self.manifest)
 
 
+def ami_family(spec: dict[str, Any]) -> str:
+    """The AMI family an EC2NodeClass spec resolves to: its alias's family (al2023@latest -> al2023), else amiFamily
+    lowercased, else custom."""
+    for term in spec.get("amiSelectorTerms") or []:
+        if term.get("alias"):
+            return str(term["alias"]).split("@", 1)[0]
+    return str(spec.get("amiFamily") or "custom").lower()
+
+
 def _checked(doc: Document, kind: str) -> dict[str, Any]:
     if doc.kind != kind:
         raise ValueError(f"{doc.ref}: expected a {kind}")
@@ -220,7 +229,7 @@ def parse_ec2nodeclass(doc: Document) -> EC2NodeClass:
     m = _checked(doc, "EC2NodeClass")
     spec = m["spec"]
     alias = next((t["alias"] for t in spec["amiSelectorTerms"] if t.get("alias")), None)
-    family = alias.split("@", 1)[0] if alias else str(spec.get("amiFamily", "Custom")).lower()
+    family = ami_family(spec)
     return EC2NodeClass(
         name=doc.name, role=spec.get("role"), instance_profile=spec.get("instanceProfile"), ami_alias=alias,
         ami_family=family, subnet_selector_terms=spec["subnetSelectorTerms"],

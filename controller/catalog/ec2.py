@@ -32,6 +32,16 @@ def supported(info: dict[str, Any]) -> bool:
     return any(a in ARCHITECTURES for a in archs) and "hvm" in virt
 
 
+def describe_instance_data(ec2: Any) -> tuple[list[dict[str, Any]], dict[str, list[str]]]:
+    """DescribeInstanceTypes (the types Karpenter supports) and the zones each is offered in, from an EC2 client."""
+    infos = [dict(t) for page in ec2.get_paginator("describe_instance_types").paginate() for t in page["InstanceTypes"]]
+    zones: dict[str, list[str]] = {}
+    for page in ec2.get_paginator("describe_instance_type_offerings").paginate(LocationType="availability-zone"):
+        for o in page["InstanceTypeOfferings"]:
+            zones.setdefault(o["InstanceType"], []).append(o["Location"])
+    return [i for i in infos if supported(i)], {k: sorted(v) for k, v in zones.items()}
+
+
 def _labels(info: dict[str, Any], region: str) -> dict[str, str]:
     name = info["InstanceType"]
     family, _, size = name.partition(".")

@@ -103,15 +103,10 @@ def snapshot_from_ec2(ec2: Any, region: str, path: str | Path, generated: str, l
     """Write a snapshot from an EC2 endpoint: DescribeInstanceTypes (types Karpenter supports), their offerings per
     availability zone, and prices: `live` where it knows them, else the estimate model, and the file says which.
     Returns the number of types written."""
-    from controller.catalog.ec2 import supported
+    from controller.catalog.ec2 import describe_instance_data
     from controller.catalog.pricing import MODEL_SUMMARY, estimate_prices
 
-    infos = [dict(t) for page in ec2.get_paginator("describe_instance_types").paginate() for t in page["InstanceTypes"]]
-    infos = [t for t in infos if supported(t)]
-    zones: dict[str, list[str]] = {}
-    for page in ec2.get_paginator("describe_instance_type_offerings").paginate(LocationType="availability-zone"):
-        for o in page["InstanceTypeOfferings"]:
-            zones.setdefault(o["InstanceType"], []).append(o["Location"])
+    infos, zones = describe_instance_data(ec2)
     prices = estimate_prices(infos, zones)
     source = MODEL_SUMMARY
     if live is not None:

@@ -664,7 +664,6 @@ class Scheduler:
         mask = ix.all_mask & ix.mask(merged)
         if not mask.any():
             return 0, f"no instance type matches {reqs.describe() or 'the requirements'}"
-        mask = mask & (np.ones(1, dtype=bool) if not len(ix.types) else True)
         offered = (ix.price[:, zm][:, :, cm].reshape(len(ix.types), -1) < INF).any(axis=1) if len(ix.types) else mask
         mask = mask & offered
         if not mask.any():

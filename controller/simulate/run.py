@@ -8,6 +8,7 @@ from typing import Any
 from controller.api import labels as L
 from controller.api import parse_ec2nodeclass, parse_nodepool, validate_document
 from controller.api.documents import Document
+from controller.api.models import ami_family
 from controller.api.quantity import QuantityError, resources_from_dict
 from controller.catalog.snapshot import Catalog, load_catalog
 from controller.catalog.types import InstanceType
@@ -37,15 +38,6 @@ class SimulationResult:
 
 def _taints(items: list[dict[str, Any]] | None) -> list[Taint]:
     return [Taint(str(t["key"]), str(t.get("value") or ""), str(t.get("effect") or "NoSchedule")) for t in items or []]
-
-
-def ami_family(nodeclass_spec: dict[str, Any]) -> str:
-    """The AMI family an EC2NodeClass resolves to: from its alias (al2023@latest -> al2023) or amiFamily."""
-    for term in nodeclass_spec.get("amiSelectorTerms") or []:
-        alias = term.get("alias")
-        if alias:
-            return str(alias).split("@", 1)[0]
-    return str(nodeclass_spec.get("amiFamily") or "custom").lower()
 
 
 def _instance_types(catalog: Catalog, nodeclass: dict[str, Any] | None) -> list[InstanceType]:

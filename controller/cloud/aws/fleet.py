@@ -64,9 +64,6 @@ def choose_overrides(requirements: Requirements, instance_types: list[InstanceTy
         if any(r.key not in (L.ZONE, L.CAPACITY_TYPE, L.NODEPOOL) and r.key in it.labels
                and not r.has(it.labels[r.key]) for r in requirements):
             continue
-        it_req = requirements.get(L.INSTANCE_TYPE)
-        if it_req is not None and not it_req.has(it.name):
-            continue
         for o in it.offerings:
             subnet = subnets.get(o.zone)
             if (not o.available or subnet is None or (zone_req is not None and not zone_req.has(o.zone))

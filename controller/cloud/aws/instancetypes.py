@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from controller.api import labels as L
-from controller.catalog.ec2 import instance_type_from_ec2, supported
+from controller.catalog.ec2 import describe_instance_data, instance_type_from_ec2
 from controller.catalog.types import InstanceType, Offering
 from controller.cloud.aws.pricing import PricingProvider
 from controller.cloud.aws.unavailable import UnavailableOfferings
@@ -37,16 +37,10 @@ class InstanceTypeProvider:
 
     def refresh(self) -> None:
         """Re-read the instance types and their zones from EC2."""
-        infos = [dict(t) for page in self.ec2.get_paginator("describe_instance_types").paginate()
-                 for t in page["InstanceTypes"]]
-        zones: dict[str, list[str]] = {}
-        pages = self.ec2.get_paginator("describe_instance_type_offerings").paginate(LocationType="availability-zone")
-        for page in pages:
-            for o in page["InstanceTypeOfferings"]:
-                zones.setdefault(o["InstanceType"], []).append(o["Location"])
+        infos, zones = describe_instance_data(self.ec2)
         with self._lock:
-            self._infos = [i for i in infos if supported(i)]
-            self._zones = {k: sorted(v) for k, v in zones.items()}
+            self._infos = infos
+            self._zones = zones
             self._fetched_at = self.clock()
             self._cache.clear()
 

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from controller.api import labels as L
+from controller.api.models import ami_family
 from controller.catalog.types import InstanceType
 from controller.cloud.aws import instances
 from controller.cloud.aws.amis import resolve
@@ -27,14 +28,6 @@ from controller.cloud.aws.userdata import (
 from controller.cloud.provider import LaunchedNode
 
 DISCOVERY_TTL_SECONDS = 60.0
-
-
-def ami_family(spec: dict[str, Any]) -> str:
-    """al2023, al2, bottlerocket, windows2019, windows2022 or custom."""
-    for term in spec.get("amiSelectorTerms") or []:
-        if term.get("alias"):
-            return str(term["alias"]).split("@", 1)[0]
-    return str(spec.get("amiFamily") or "custom").lower()
 
 
 class AWSCloudProvider:
