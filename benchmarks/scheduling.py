@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from controller.catalog.synthetic import benchmark_instance_types
 from controller.scheduling.pod import Pod, pod_from_dict
 from controller.scheduling.requirements import Requirements
-from controller.scheduling.simulator import Scheduler
+from controller.scheduling.scheduler import Scheduler
 from controller.scheduling.types import SchedNodePool
 
 CPUS = (100, 250, 500, 1000, 1500)
@@ -70,7 +70,7 @@ def run_once(n: int, mix: str, classes: bool = True) -> dict[str, Any]:
         for i, p in enumerate(pods):
             p.class_key = i
     start = time.perf_counter()
-    plan = Scheduler([pool]).solve(pods)
+    plan = Scheduler([pool]).solve(pods, lower_bound=True)
     seconds = time.perf_counter() - start
     return {"pods": n, "mix": mix, "nodes": len(plan.node_claims), "unschedulable": len(plan.unschedulable),
             "seconds": round(seconds, 3), "podsPerSecond": round(n / seconds, 1),

@@ -10,7 +10,7 @@ import pytest
 from controller.catalog.synthetic import benchmark_instance_types
 from controller.scheduling.pod import pod_from_dict
 from controller.scheduling.requirements import Requirements
-from controller.scheduling.simulator import Plan, Scheduler
+from controller.scheduling.scheduler import Plan, Scheduler
 from controller.scheduling.types import ExistingNode, SchedNodePool, Taint
 
 ZONE = "topology.kubernetes.io/zone"
@@ -32,7 +32,7 @@ def pod(cpu="1", mem="1Gi", labels=None, name=None, **spec):
 
 
 def solve(pools, pods, existing=None, daemonsets=None) -> Plan:
-    return Scheduler(pools, existing, daemonsets).solve(pods)
+    return Scheduler(pools, existing, daemonsets).solve(pods, lower_bound=True)
 
 
 def claim_of(plan, p):

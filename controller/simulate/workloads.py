@@ -1,18 +1,19 @@
-"""Turn a pile of Kubernetes documents into the simulator's inputs.
+"""Sort a pile of Kubernetes documents by role and expand workloads into pods (the offline part of `karpy simulate`).
 
 Accepts what `kubectl get ... -o yaml` prints and what teams keep in git: NodePools, EC2NodeClasses, Pods,
 Deployments/ReplicaSets/StatefulSets/Jobs/CronJobs (expanded into the pods their controllers would create),
-DaemonSets (per-node overhead) and existing Nodes with the pods bound to them.
+DaemonSets (per-node overhead) and existing Nodes with the pods bound to them. Turning the sorted objects into the
+scheduler's inputs is controller.provisioning.inputs' job, shared with the controller.
 """
 
 from __future__ import annotations
 
-import copy
 import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
 from controller.api.documents import Document
+from controller.provisioning.inputs import InputError, VolumeTopology, template_pod
 
 # kind -> where the pod template lives and how many pods the controller makes
 WORKLOAD_KINDS = frozenset({"Deployment", "ReplicaSet", "StatefulSet", "Job", "CronJob", "ReplicationController"})
@@ -25,10 +26,6 @@ IGNORED_KINDS = frozenset({
 })
 
 
-class InputError(ValueError):
-    """A document the simulator cannot use, named by file, kind and field."""
-
-
 @dataclass
 class SimulationInputs:
     """Documents sorted by role, workloads already expanded into pod manifests."""
@@ -37,11 +34,9 @@ class SimulationInputs:
     nodeclasses: list[Document] = field(default_factory=list)
     pending_pods: list[dict[str, Any]] = field(default_factory=list)
     bound_pods: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # node name -> pods on it
-    daemonsets: list[dict[str, Any]] = field(default_factory=list)  # pod manifests built from DaemonSet templates
+    daemonsets: list[dict[str, Any]] = field(default_factory=list)  # DaemonSet manifests
     nodes: list[Document] = field(default_factory=list)
-    pvcs: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
-    pvs: dict[str, dict[str, Any]] = field(default_factory=dict)
-    storage_classes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    volumes: VolumeTopology = field(default_factory=VolumeTopology)
     notes: list[str] = field(default_factory=list)
 
 
@@ -53,13 +48,7 @@ def _template_pod(doc: Document, template: Any, name: str, path: str) -> dict[st
     """A Pod manifest from a workload's pod template, labelled and owned the way its controller would do it."""
     if not isinstance(template, dict) or not isinstance(template.get("spec"), dict):
         raise InputError(f"{doc.ref}: {path}: a pod template with a spec is required")
-    meta = copy.deepcopy(template.get("metadata") or {})
-    meta["name"] = name
-    meta["namespace"] = doc.namespace or meta.get("namespace") or "default"
-    meta.setdefault("labels", {})
-    meta["ownerReferences"] = [{"apiVersion": doc.api_version, "kind": doc.kind, "name": doc.name,
-                                "uid": f"{doc.kind}/{doc.namespace or 'default'}/{doc.name}", "controller": True}]
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": copy.deepcopy(template["spec"])}
+    return template_pod(doc.raw, template, name, path)
 
 
 def _int_field(doc: Document, spec: dict[str, Any], key: str, default: int, path: str) -> int:
@@ -155,13 +144,14 @@ def classify(documents: list[Document]) -> SimulationInputs:
             spec = doc.raw.get("spec")
             if not isinstance(spec, dict):
                 raise InputError(f"{doc.ref}: spec: required")
-            out.daemonsets.append(_template_pod(doc, spec.get("template"), f"{doc.name}-ds", "spec.template"))
+            _template_pod(doc, spec.get("template"), f"{doc.name}-ds", "spec.template")  # checked here, by file
+            out.daemonsets.append(doc.raw)
         elif kind == "PersistentVolumeClaim":
-            out.pvcs[(doc.namespace or "default", doc.name)] = doc.raw
+            out.volumes.pvcs[(doc.namespace or "default", doc.name)] = doc.raw
         elif kind == "PersistentVolume":
-            out.pvs[doc.name] = doc.raw
+            out.volumes.pvs[doc.name] = doc.raw
         elif kind == "StorageClass":
-            out.storage_classes[doc.name] = doc.raw
+            out.volumes.storage_classes[doc.name] = doc.raw
         elif kind == "NodeClaim":
             out.notes.append(f"{doc.ref}: NodeClaims are not simulated; their Nodes are")
         elif kind in IGNORED_KINDS:
@@ -169,5 +159,5 @@ def classify(documents: list[Document]) -> SimulationInputs:
         else:
             out.notes.append(f"{doc.ref}: kind {kind} is not used by the simulation")
     for key, template in templates.items():
-        out.pvcs.setdefault(key, template)
+        out.volumes.pvcs.setdefault(key, template)
     return out

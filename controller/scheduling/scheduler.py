@@ -21,7 +21,6 @@ import numpy as np
 from controller.api import labels as L
 from controller.api.quantity import CPU, MEMORY, PODS, format_quantity
 from controller.catalog.types import InstanceType
-from controller.scheduling.lower_bound import lower_bound
 from controller.scheduling.pod import AffinityTerm, Pod, SpreadConstraint
 from controller.scheduling.requirements import Requirement, Requirements
 from controller.scheduling.types import ExistingNode, SchedNodePool, Taint, untolerated
@@ -268,8 +267,9 @@ class Scheduler:
                 total[k] = total.get(k, 0) + v
         return total
 
-    def solve(self, pods: list[Pod]) -> Plan:
-        """Place pods; returns the plan with new NodeClaims, placements on existing nodes, and reasons for the rest."""
+    def solve(self, pods: list[Pod], *, lower_bound: bool = False) -> Plan:
+        """Place pods; returns the plan with new NodeClaims, placements on existing nodes, and reasons for the rest.
+        With lower_bound, also the LP bound on the cost of the new capacity (simulate and benchmarks ask for it)."""
         resources = [CPU, MEMORY, PODS]
         for p in pods:
             for r in p.requests:
@@ -324,7 +324,7 @@ class Scheduler:
                 chunk = group[rnd * size:(rnd + 1) * size]
                 if chunk:
                     self._place_class(chunk, plan)
-        self._finish(plan, pods)
+        self._finish(plan, pods, lower_bound)
         return plan
 
     def _add_bin(self, b: _Bin) -> None:
@@ -704,7 +704,7 @@ class Scheduler:
         return n, ""
 
     # ---- result ----------------------------------------------------------------------------------------------
-    def _finish(self, plan: Plan, pods: list[Pod]) -> None:
+    def _finish(self, plan: Plan, pods: list[Pod], with_bound: bool) -> None:
         for b in self.bins:
             if b.existing is not None:
                 new = [p for p in b.pods if p not in b.existing.pods]
@@ -713,6 +713,10 @@ class Scheduler:
         for b in self.new_bins:
             plan.node_claims.append(_launch(b))
         plan.cost_per_hour = round(sum(c.price_per_hour for c in plan.node_claims), 6)
+        if not with_bound:
+            return
+        from controller.scheduling.lower_bound import lower_bound  # scipy: only when the bound is asked for
+
         placed = [p for c in plan.node_claims for p in c.pods]
         by_id = {id(ix): ix for ix in self.indexes}
         pools_of = {k: [by_id[i] for i in ids] for k, ids in self._class_pools.items()}

@@ -1,0 +1,278 @@
+"""The scheduler's inputs built from Kubernetes objects, shared by the provisioner and `karpy simulate`.
+
+Both the controller (objects from informers) and the offline dry run (objects from files) turn NodePools, Pods,
+DaemonSets, Nodes and in-flight NodeClaims into the scheduler's types through these functions, so the dry run and the
+controller decide the same way. Every function takes the plain JSON dict of the object and raises InputError naming
+the object and the field at fault; nothing here mutates its input.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from controller.api import labels as L
+from controller.api.quantity import QuantityError, to_canonical
+from controller.catalog.types import InstanceType
+from controller.scheduling.pod import Pod, PodError, pod_from_dict
+from controller.scheduling.requirements import Requirement, Requirements
+from controller.scheduling.types import ExistingNode, SchedNodePool, Taint
+from controller.scheduling.volumes import VolumeError, volume_requirements
+
+UNSCHEDULABLE_TAINT = Taint("node.kubernetes.io/unschedulable", "", "NoSchedule")
+# Taints a node carries while it starts; Karpenter ignores them on its own nodes until they are initialized.
+KNOWN_EPHEMERAL_TAINTS = (
+    Taint("node.kubernetes.io/not-ready", "", "NoSchedule"),
+    Taint("node.kubernetes.io/not-ready", "", "NoExecute"),
+    Taint("node.kubernetes.io/unreachable", "", "NoSchedule"),
+    Taint("node.cloudprovider.kubernetes.io/uninitialized", "true", "NoSchedule"),
+    Taint(L.UNREGISTERED_TAINT_KEY, "", "NoExecute"),
+)
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+
+
+class InputError(ValueError):
+    """An object the scheduler cannot use; the message names the object (Kind/namespace/name) and the field."""
+
+
+@dataclass
+class VolumeTopology:
+    """What a pod's persistent volumes pin it to: claims by (namespace, name), volumes and StorageClasses by name."""
+
+    pvcs: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    pvs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    storage_classes: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+def _map(value: Any, where: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InputError(f"{where}: must be an object, got {type(value).__name__}")
+    return value
+
+
+def _ref(kind: str, obj: Any, namespaced: bool = False) -> str:
+    """Kind/namespace/name (Kind/name for cluster-scoped objects), for messages."""
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    meta = meta if isinstance(meta, Mapping) else {}
+    ns, name = meta.get("namespace") or ("default" if namespaced else None), meta.get("name")
+    return f"{kind}/{ns}/{name}" if ns else f"{kind}/{name}"
+
+
+def _labels(meta: dict[str, Any], where: str) -> dict[str, str]:
+    return {str(k): str(v) for k, v in _map(meta.get("labels"), f"{where}: metadata.labels").items()}
+
+
+def _resources(raw: Any, where: str) -> dict[str, int]:
+    if raw is not None and not isinstance(raw, dict):
+        raise InputError(f"{where}: must be a map of resource quantities")
+    out = {}
+    for name, value in (raw or {}).items():
+        try:
+            out[str(name)] = to_canonical(str(name), value)
+        except (QuantityError, TypeError, ValueError) as e:
+            raise InputError(f"{where}.{name}: {e}") from None
+    return out
+
+
+def taints(items: list[dict[str, Any]] | None) -> list[Taint]:
+    """Taints as the scheduler sees them from a `taints`/`startupTaints` list (effect defaults to NoSchedule)."""
+    if items is None:
+        return []
+    if not isinstance(items, list):
+        raise InputError(f"taints: must be a list, got {type(items).__name__}")
+    out = []
+    for i, t in enumerate(items):
+        if not isinstance(t, dict) or not t.get("key"):
+            raise InputError(f"taints[{i}].key: required")
+        effect = str(t.get("effect") or "NoSchedule")
+        if effect not in TAINT_EFFECTS:
+            raise InputError(f"taints[{i}].effect: {effect!r} is not one of {', '.join(TAINT_EFFECTS)}")
+        out.append(Taint(str(t["key"]), str(t.get("value") or ""), effect))
+    return out
+
+
+def _taints(items: Any, where: str) -> list[Taint]:
+    try:
+        return taints(items)
+    except InputError as e:
+        raise InputError(f"{where}.{e}") from None
+
+
+def node_pool(manifest: dict[str, Any], instance_types: list[InstanceType], used: dict[str, int],
+              not_ready_reason: str = "") -> SchedNodePool:
+    """A NodePool as the scheduler sees it: template requirements and labels (the pool's own name pinned), taints,
+    weight, limits with `used` (what its nodes already hold, subtracted by the scheduler), and the instance types its
+    NodeClass offers.
+
+    `not_ready_reason` (e.g. the NodeClass is missing or not Ready) keeps the pool out of new NodeClaims and is the
+    reason reported for pods only it could take. Defaults may be applied to the manifest or not."""
+    meta = _map(manifest.get("metadata"), "NodePool: metadata")
+    name = meta.get("name")
+    if not name:
+        raise InputError("NodePool: metadata.name: required")
+    where = f"NodePool/{name}"
+    spec = _map(manifest.get("spec"), f"{where}: spec")
+    template = _map(spec.get("template"), f"{where}: spec.template")
+    tspec = _map(template.get("spec"), f"{where}: spec.template.spec")
+    labels = _labels(_map(template.get("metadata"), f"{where}: spec.template.metadata"), f"{where}: spec.template")
+    raw_reqs = tspec.get("requirements") or []
+    if not isinstance(raw_reqs, list) or not all(isinstance(r, dict) for r in raw_reqs):
+        raise InputError(f"{where}: spec.template.spec.requirements: must be a list of requirements")
+    try:
+        reqs = Requirements.from_node_selector_requirements(raw_reqs)
+    except (KeyError, ValueError, TypeError) as e:
+        raise InputError(f"{where}: spec.template.spec.requirements: {e}") from None
+    reqs = reqs.intersect(Requirements.from_labels(labels))
+    reqs.add(Requirement(L.NODEPOOL, False, frozenset([str(name)])))
+    limits = _resources(spec.get("limits"), f"{where}: spec.limits") if spec.get("limits") else None
+    weight = spec.get("weight") or 0
+    if isinstance(weight, bool) or not isinstance(weight, int):
+        raise InputError(f"{where}: spec.weight: must be an integer, got {weight!r}")
+    return SchedNodePool(name=str(name), weight=weight, requirements=reqs,
+                         taints=_taints(tspec.get("taints"), f"{where}: spec.template.spec"),
+                         startup_taints=_taints(tspec.get("startupTaints"), f"{where}: spec.template.spec"),
+                         labels=labels, limits=limits, used=dict(used), instance_types=instance_types,
+                         not_ready_reason=not_ready_reason)
+
+
+def scheduling_pod(raw: dict[str, Any], volumes: VolumeTopology | None = None) -> Pod:
+    """A Pod manifest as the scheduler's Pod; with `volumes`, the zone requirements of its PersistentVolumeClaims are
+    folded into its node affinity (a bound EBS volume pins the pod to the volume's zone)."""
+    try:
+        pod = pod_from_dict(raw)
+    except (PodError, QuantityError, ValueError, TypeError, AttributeError, KeyError) as e:
+        raise InputError(f"{_ref('Pod', raw, namespaced=True)}: {e}") from None
+    if volumes is None:
+        return pod
+    try:
+        reqs = volume_requirements(raw, volumes.pvcs, volumes.pvs, volumes.storage_classes)
+    except VolumeError as e:
+        raise InputError(f"Pod/{pod.namespace}/{pod.name}: {e}") from None
+    except (ValueError, TypeError, AttributeError, KeyError) as e:
+        raise InputError(f"Pod/{pod.namespace}/{pod.name}: volumes: {e}") from None
+    if reqs is not None:
+        pod.node_terms = tuple(t.intersect(reqs) for t in pod.node_terms) or (reqs,)
+        pod.class_key = None
+        pod.__post_init__()
+    return pod
+
+
+def template_pod(owner: dict[str, Any], template: Any, name: str, path: str = "spec.template") -> dict[str, Any]:
+    """The Pod manifest a controller would create from `owner`'s pod template: named, namespaced, owned by it."""
+    meta = owner.get("metadata") or {}
+    kind = str(owner.get("kind") or "")
+    if not isinstance(template, dict) or not isinstance(template.get("spec"), dict):
+        raise InputError(f"{_ref(kind, owner, namespaced=True)}: {path}: a pod template with a spec is required")
+    pod_meta = copy.deepcopy(_map(template.get("metadata"), f"{_ref(kind, owner, namespaced=True)}: {path}.metadata"))
+    pod_meta["name"] = name
+    pod_meta["namespace"] = meta.get("namespace") or pod_meta.get("namespace") or "default"
+    pod_meta.setdefault("labels", {})
+    pod_meta["ownerReferences"] = [{
+        "apiVersion": owner.get("apiVersion"), "kind": kind, "name": meta.get("name"),
+        "uid": meta.get("uid") or f"{kind}/{meta.get('namespace') or 'default'}/{meta.get('name')}",
+        "controller": True}]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": pod_meta, "spec": copy.deepcopy(template["spec"])}
+
+
+def daemonset_pod(daemonset: dict[str, Any]) -> Pod:
+    """The pod a DaemonSet would run on each node, from its own pod template (for per-node overhead)."""
+    ref = _ref("DaemonSet", daemonset, namespaced=True)
+    spec = daemonset.get("spec")
+    if not isinstance(spec, dict):
+        raise InputError(f"{ref}: spec: required")
+    name = (daemonset.get("metadata") or {}).get("name")
+    manifest = template_pod(daemonset, spec.get("template"), f"{name}-ds")
+    return scheduling_pod(manifest)
+
+
+def _ephemeral(taint: Taint, startup: list[Taint]) -> bool:
+    """Karpenter's match for taints it ignores on uninitialized nodes: key and effect (and value when given)."""
+    for t in (*KNOWN_EPHEMERAL_TAINTS, *startup):
+        if t.key == taint.key and t.effect == taint.effect and (not t.value or t.value == taint.value):
+            return True
+    return False
+
+
+def existing_node(node: dict[str, Any], pods: list[Pod], price: float = 0.0, *,
+                  nodeclaim: dict[str, Any] | None = None) -> ExistingNode:
+    """A Node as a place pods can go: its labels (hostname defaulting to the node name), its taints (cordoned nodes
+    carry node.kubernetes.io/unschedulable), status.allocatable, and the pods already bound to it.
+
+    With the node's `nodeclaim` (a Karpenter-managed node) and the node not yet initialized, Karpenter's known
+    ephemeral taints and the NodeClaim's startupTaints are ignored (they are expected to go away), and allocatable
+    the kubelet has not reported yet is taken from the NodeClaim."""
+    meta = _map(node.get("metadata"), "Node: metadata")
+    name = meta.get("name")
+    if not name:
+        raise InputError("Node: metadata.name: required")
+    where = f"Node/{name}"
+    labels = _labels(meta, where)
+    labels.setdefault(L.HOSTNAME, str(name))
+    spec = _map(node.get("spec"), f"{where}: spec")
+    status = _map(node.get("status"), f"{where}: status")
+    allocatable = _resources(status.get("allocatable"), f"{where}: status.allocatable")
+    node_taints = _taints(spec.get("taints"), f"{where}: spec")
+    if spec.get("unschedulable"):
+        node_taints.append(UNSCHEDULABLE_TAINT)
+    if nodeclaim is not None and labels.get(L.INITIALIZED) != "true":
+        ncref = _ref("NodeClaim", nodeclaim)
+        ncspec = _map(nodeclaim.get("spec"), f"{ncref}: spec")
+        startup = _taints(ncspec.get("startupTaints"), f"{ncref}: spec")
+        node_taints = [t for t in node_taints if not _ephemeral(t, startup)]
+        claimed = _resources(_map(nodeclaim.get("status"), f"{ncref}: status").get("allocatable"),
+                             f"{ncref}: status.allocatable")
+        for k, v in claimed.items():
+            if not allocatable.get(k):
+                allocatable[k] = v
+    return ExistingNode(name=str(name), labels=labels, taints=node_taints, allocatable=allocatable, pods=list(pods),
+                        node_pool=labels.get(L.NODEPOOL), price=price)
+
+
+def in_flight_node(nodeclaim: dict[str, Any], allocatable: dict[str, int], pods: list[Pod]) -> ExistingNode:
+    """A NodeClaim whose Node has not registered yet, as capacity pods can be nominated to (Karpenter counts it
+    before it exists): labels from its metadata and its single-valued In requirements, its taints (startupTaints
+    and ephemeral taints are not expected to stay), and the allocatable the caller expects (status.allocatable, else
+    the cheapest instance-type option's)."""
+    meta = _map(nodeclaim.get("metadata"), "NodeClaim: metadata")
+    name = meta.get("name")
+    if not name:
+        raise InputError("NodeClaim: metadata.name: required")
+    where = f"NodeClaim/{name}"
+    spec = _map(nodeclaim.get("spec"), f"{where}: spec")
+    labels = _labels(meta, where)
+    raw_reqs = spec.get("requirements") or []
+    if not isinstance(raw_reqs, list) or not all(isinstance(r, dict) for r in raw_reqs):
+        raise InputError(f"{where}: spec.requirements: must be a list of requirements")
+    try:
+        reqs = Requirements.from_node_selector_requirements(raw_reqs)
+    except (KeyError, ValueError, TypeError) as e:
+        raise InputError(f"{where}: spec.requirements: {e}") from None
+    for k, v in reqs.labels().items():
+        labels.setdefault(k, v)
+    labels.setdefault(L.HOSTNAME, str(name))
+    claim_taints = [t for t in _taints(spec.get("taints"), f"{where}: spec") if not _ephemeral(t, [])]
+    return ExistingNode(name=str(name), labels=labels, taints=claim_taints, allocatable=dict(allocatable),
+                        pods=list(pods), node_pool=labels.get(L.NODEPOOL), in_flight=True)
+
+
+def nodepool_usage(nodes: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """Per NodePool (the karpenter.sh/nodepool label), the capacity its nodes hold and how many there are ("nodes"):
+    what counts against the pool's limits."""
+    out: dict[str, dict[str, int]] = {}
+    for node in nodes:
+        meta = _map(node.get("metadata"), "Node: metadata")
+        where = f"Node/{meta.get('name')}"
+        pool = _labels(meta, where).get(L.NODEPOOL)
+        if not pool:
+            continue
+        status = _map(node.get("status"), f"{where}: status")
+        capacity = _resources(status.get("capacity"), f"{where}: status.capacity")
+        used = out.setdefault(pool, {"nodes": 0})
+        used["nodes"] += 1
+        for k, v in capacity.items():
+            used[k] = used.get(k, 0) + v
+    return out
