@@ -182,8 +182,8 @@ class Requirements:
     def __contains__(self, key: str) -> bool:
         return key in self._reqs
 
-    def compatible(self, other: Requirements, allow_undefined: frozenset[str] = WELL_KNOWN_LABELS) -> str | None:
-        """None when a node meeting self can also meet other (a pod's needs); otherwise why not, naming the key.
+    def incompatibility(self, other: Requirements, allow_undefined: frozenset[str] = WELL_KNOWN_LABELS) -> str | None:
+        """Why a node meeting self cannot also meet other (a pod's needs), naming the key; None when it can.
 
         A key other requires that self does not define is fine when absence satisfies it or the key is one Karpenter
         can satisfy by choosing an instance type (well-known labels); a custom label must be defined by the NodePool.

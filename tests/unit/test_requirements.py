@@ -60,22 +60,22 @@ def test_min_values_keeps_the_larger():
     assert a.intersect(Requirement.new(K, "In", ["1", "2", "3"], min_values=3)).min_values == 3
 
 
-def test_compatible_names_the_conflict():
+def test_incompatibility_names_the_conflict():
     pool = Requirements.from_node_selector_requirements([
         {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]},
     ])
     pod = Requirements.from_labels({"karpenter.sh/capacity-type": "on-demand"})
-    why = pool.compatible(pod)
+    why = pool.incompatibility(pod)
     assert why is not None and "karpenter.sh/capacity-type" in why
-    assert pool.compatible(Requirements.from_labels({"karpenter.sh/capacity-type": "spot"})) is None
+    assert pool.incompatibility(Requirements.from_labels({"karpenter.sh/capacity-type": "spot"})) is None
 
 
 def test_custom_labels_must_be_defined_by_the_pool_but_well_known_need_not():
     pool = Requirements.from_labels({"team": "a"})
-    assert pool.compatible(Requirements.from_labels({"team": "a"})) is None
-    assert "not defined" in (pool.compatible(Requirements.from_labels({"tier": "gold"})) or "")
-    assert pool.compatible(Requirements.from_labels({"kubernetes.io/arch": "arm64"})) is None
-    assert pool.compatible(Requirements([Requirement.new("tier", "NotIn", ["gold"])])) is None
+    assert pool.incompatibility(Requirements.from_labels({"team": "a"})) is None
+    assert "not defined" in (pool.incompatibility(Requirements.from_labels({"tier": "gold"})) or "")
+    assert pool.incompatibility(Requirements.from_labels({"kubernetes.io/arch": "arm64"})) is None
+    assert pool.incompatibility(Requirements([Requirement.new("tier", "NotIn", ["gold"])])) is None
 
 
 def test_labels_are_the_pinned_keys():

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import itertools
 import random
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -232,3 +235,37 @@ def test_capacity_type_spread_uses_both_capacity_types():
     plan = solve([pool()], pods)
     cts = [claim_of(plan, p).capacity_type for p in pods]
     assert sorted(cts) == ["on-demand", "on-demand", "spot", "spot"]
+
+
+def test_nodeclaim_names_are_deterministic_per_solve():
+    """Names count from 1 within a solve: the same inputs give the same names, however many solves ran before."""
+    s = Scheduler([pool("a", weight=1), pool("b", labels={"team": "b"})])
+    pods = [pod(cpu="3") for _ in range(4)] + [pod(cpu="1", nodeSelector={"team": "b"})]
+    first = [c.hostname for c in s.solve(pods).node_claims]
+    again = [c.hostname for c in s.solve(pods).node_claims]
+    fresh = [c.hostname for c in Scheduler([pool("a", weight=1), pool("b", labels={"team": "b"})]).solve(
+        pods).node_claims]
+    assert first == again == fresh
+    assert first[0] == "a-00001" and len(set(first)) == len(first)
+    assert any(n.startswith("b-") for n in first)
+
+
+def test_a_solve_without_the_lower_bound_does_not_import_scipy():
+    """The controller solves on every batch: the LP bound (and scipy) is only for simulate and benchmarks."""
+    code = (
+        "import sys\n"
+        "from controller.catalog.synthetic import benchmark_instance_types\n"
+        "from controller.provisioning import inputs\n"
+        "from controller.scheduling.scheduler import Scheduler\n"
+        "pool = inputs.node_pool({'metadata': {'name': 'p'}, 'spec': {'template': {'spec': {}}}},"
+        " benchmark_instance_types(8), {})\n"
+        "pod = inputs.scheduling_pod({'metadata': {'name': 'x'}, 'spec': {'containers': [{'name': 'c',"
+        " 'resources': {'requests': {'cpu': '1'}}}]}})\n"
+        "plan = Scheduler([pool]).solve([pod])\n"
+        "assert plan.node_claims and plan.lower_bound_per_hour == 0\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'scipy'))\n"
+        "Scheduler([pool]).solve([pod], lower_bound=True)\n"
+        "print('scipy' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[2]).stdout.split("\n")
+    assert out[:2] == ["[]", "True"]

@@ -1,0 +1,140 @@
+"""The in-progress NodeClaim of a solve (Karpenter's scheduling.NodeClaim) and the NodeClaim a plan would create.
+
+A NodeClaim keeps the set of instance types that can still hold its pods as a mask over its pool's
+InstanceTypeIndex; at the end it launches the cheapest offering of the cheapest type that fits (spot first when the
+NodeClaim allows spot). `Bin` is what NodeClaims and existing nodes share: a place pods can go.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from controller.api import labels as L
+from controller.catalog.types import InstanceType
+from controller.scheduling.instancetypes import CAPACITY_TYPES, INF, InstanceTypeIndex, fit_count
+from controller.scheduling.pod import AffinityTerm, Pod
+from controller.scheduling.requirements import Requirements
+from controller.scheduling.types import Taint
+
+
+@dataclass
+class PlannedNodeClaim:
+    """A NodeClaim the plan would create."""
+
+    node_pool: str
+    requirements: Requirements
+    instance_type_options: list[InstanceType]
+    instance_type: InstanceType | None
+    capacity_type: str
+    zone: str
+    price_per_hour: float
+    pods: list[Pod]
+    hostname: str = ""
+
+
+class Bin:
+    """A place pods can go: an existing node (fixed allocatable) or a new NodeClaim (a mask of instance types).
+    `used` and `maxfree` are vectors over the solve's resources; `position` is the bin's row in the scheduler."""
+
+    def __init__(self, name: str, requirements: Requirements, taints: list[Taint], used: np.ndarray) -> None:
+        self.name = name
+        self.requirements = requirements
+        self.taints = taints
+        self.used = used
+        self.pods: list[Pod] = []
+        self.host_ports: set[tuple[str, str, int]] = set()
+        self.anti_terms: list[AffinityTerm] = []  # required hostname anti-affinity of pods already here
+        self.maxfree = np.zeros_like(used)
+        self.position = -1
+
+    def free_upper_bound(self) -> np.ndarray:
+        """Per resource, the most the bin can still have free: a cheap first test for fit."""
+        raise NotImplementedError
+
+    def labels(self) -> dict[str, str]:
+        """Labels the node has (or will have) that topology keys refer to."""
+        raise NotImplementedError
+
+    def incompatibility(self, reqs: Requirements) -> str | None:
+        """Why the bin's node cannot meet a pod's requirements (None when it can)."""
+        raise NotImplementedError
+
+    def room(self, reqs: Requirements, req: np.ndarray, want: int) -> int:
+        """How many more pods (each requesting req, needing reqs) fit, at most want."""
+        raise NotImplementedError
+
+    def add(self, reqs: Requirements, req: np.ndarray, pods: list[Pod]) -> None:
+        """Take pods (identical, each requesting req and needing reqs)."""
+        self.used = self.used + req * len(pods)
+        self.maxfree = self.free_upper_bound()
+        self.pods.extend(pods)
+
+
+class NodeClaim(Bin):
+    """A NodeClaim being planned: its pool's index and the instance types that can still hold its pods."""
+
+    def __init__(self, name: str, index: InstanceTypeIndex, requirements: Requirements, taints: list[Taint],
+                 used: np.ndarray, mask: np.ndarray) -> None:
+        super().__init__(name, requirements, taints, used)
+        self.index = index
+        self.mask = mask
+        self.maxfree = self.free_upper_bound()
+
+    def free_upper_bound(self) -> np.ndarray:
+        if not self.mask.any():
+            return np.full_like(self.used, -1)
+        return self.index.free0[self.mask].max(axis=0) - self.used
+
+    def labels(self) -> dict[str, str]:
+        out = self.requirements.labels()
+        out[L.HOSTNAME] = self.name
+        return out
+
+    def incompatibility(self, reqs: Requirements) -> str | None:
+        return self.requirements.incompatibility(reqs)
+
+    def room(self, reqs: Requirements, req: np.ndarray, want: int) -> int:
+        ix = self.index
+        merged = self.requirements.intersect(reqs)
+        zm, cm = ix.offer_masks(merged)
+        mask = ix.offered(self.mask & ix.mask(reqs), zm, cm)
+        if not mask.any():
+            return 0
+        k = fit_count(ix.free0[mask] - self.used[None, :], req)
+        if not k.size:
+            return 0
+        return min(want, ix.min_values_cap(mask, k, merged))
+
+    def add(self, reqs: Requirements, req: np.ndarray, pods: list[Pod]) -> None:
+        ix = self.index
+        self.used = self.used + req * len(pods)
+        self.requirements = self.requirements.intersect(reqs)
+        zm, cm = ix.offer_masks(self.requirements)
+        self.mask = ix.offered(self.mask & ix.mask(reqs), zm, cm) & (ix.free0 >= self.used[None, :]).all(axis=1)
+        self.maxfree = self.free_upper_bound()
+        self.pods.extend(pods)
+
+    def launch(self) -> PlannedNodeClaim:
+        """The instance type and offering this NodeClaim would launch with: spot first if allowed, then cheapest."""
+        ix = self.index
+        zm, cm = ix.offer_masks(self.requirements)
+        fits = self.mask & (ix.free0 >= self.used[None, :]).all(axis=1)
+        best: tuple[float, int, int, int] | None = None
+        for ct in (0, 1, 2):  # spot, on-demand, reserved: Karpenter launches spot when the NodeClaim allows it
+            if not cm[ct]:
+                continue
+            prices = np.where(zm[None, :], ix.price[:, :, ct], INF)
+            prices = np.where(fits[:, None], prices, INF)
+            if np.isfinite(prices).any():
+                ti, zi = np.unravel_index(int(np.argmin(prices)), prices.shape)
+                best = (float(prices[ti, zi]), int(ti), int(zi), ct)
+                break
+        options: list[InstanceType] = ix.types_array[fits].tolist()
+        if best is None:
+            return PlannedNodeClaim(ix.pool.name, self.requirements, options, None, "", "", 0.0, self.pods, self.name)
+        price, t, z, ct = best
+        return PlannedNodeClaim(node_pool=ix.pool.name, requirements=self.requirements, instance_type_options=options,
+                                instance_type=ix.types[t], capacity_type=CAPACITY_TYPES[ct], zone=ix.zones[z],
+                                price_per_hour=price, pods=self.pods, hostname=self.name)
