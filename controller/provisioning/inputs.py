@@ -186,7 +186,10 @@ def daemonset_pod(daemonset: dict[str, Any]) -> Pod:
         raise InputError(f"{ref}: spec: required")
     name = (daemonset.get("metadata") or {}).get("name")
     manifest = template_pod(daemonset, spec.get("template"), f"{name}-ds")
-    return scheduling_pod(manifest)
+    try:
+        return pod_from_dict(manifest)
+    except (PodError, QuantityError, ValueError, TypeError, AttributeError, KeyError) as e:
+        raise InputError(f"{ref}: spec.template: {e}") from None
 
 
 def _ephemeral(taint: Taint, startup: list[Taint]) -> bool:

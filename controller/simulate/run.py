@@ -46,9 +46,8 @@ def _instance_types(catalog: Catalog, nodeclass: EC2NodeClass | None) -> list[In
                                       kubelet=nodeclass.kubelet or None)
 
 
-def _price(catalog: Catalog, labels: dict[str, str]) -> float:
+def _price(by_name: dict[str, InstanceType], labels: dict[str, str]) -> float:
     """What an existing node costs per hour, from its instance type, capacity type and zone labels."""
-    by_name = {it.name: it for it in catalog.instance_types}
     it = by_name.get(labels.get(L.INSTANCE_TYPE, ""))
     if it is None:
         return 0.0
@@ -81,6 +80,7 @@ def _node_pools(docs: list[Document], catalog: Catalog, nodeclasses: dict[str, E
 def _existing_nodes(sim: SimulationInputs, catalog: Catalog) -> tuple[list[ExistingNode], dict[str, dict[str, int]]]:
     """Nodes from the documents with the pods bound to them, and what each NodePool's nodes hold (for limits)."""
     nodes = []
+    by_name = {it.name: it for it in catalog.instance_types}
     for doc in sim.nodes:
         pods = [_pod(p, doc.source) for p in sim.bound_pods.get(doc.name, [])]
         try:
@@ -88,7 +88,7 @@ def _existing_nodes(sim: SimulationInputs, catalog: Catalog) -> tuple[list[Exist
             node = inputs.existing_node(doc.raw, pods)
         except inputs.InputError as e:
             raise SimulationError(f"{doc.source}: {e}") from None
-        node.price = _price(catalog, node.labels)
+        node.price = _price(by_name, node.labels)
         nodes.append(node)
     return nodes, inputs.nodepool_usage([d.raw for d in sim.nodes])
 
@@ -125,11 +125,11 @@ def simulate_documents(documents: list[Document], catalog: str = "aws-us-east-1"
         notes.append("no NodePool given: only existing nodes can take pods")
     pods = [_pod(p, "", sim.volumes) for p in sim.pending_pods]
     daemonsets = []
-    for ds in sim.daemonsets:
+    for doc in sim.daemonsets:
         try:
-            daemonsets.append(inputs.daemonset_pod(ds))
+            daemonsets.append(inputs.daemonset_pod(doc.raw))
         except inputs.InputError as e:
-            raise SimulationError(f"DaemonSet: {e}") from None
+            raise SimulationError(f"{doc.source}: {e}") from None
     plan = Scheduler(pools, existing, daemonsets).solve(pods, lower_bound=True)
     return SimulationResult(plan=plan, catalog=cat, nodepools=[p.name for p in pools], pods=pods,
                             existing_nodes=existing, notes=notes)

@@ -34,7 +34,7 @@ class SimulationInputs:
     nodeclasses: list[Document] = field(default_factory=list)
     pending_pods: list[dict[str, Any]] = field(default_factory=list)
     bound_pods: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # node name -> pods on it
-    daemonsets: list[dict[str, Any]] = field(default_factory=list)  # DaemonSet manifests
+    daemonsets: list[Document] = field(default_factory=list)
     nodes: list[Document] = field(default_factory=list)
     volumes: VolumeTopology = field(default_factory=VolumeTopology)
     notes: list[str] = field(default_factory=list)
@@ -145,7 +145,7 @@ def classify(documents: list[Document]) -> SimulationInputs:
             if not isinstance(spec, dict):
                 raise InputError(f"{doc.ref}: spec: required")
             _template_pod(doc, spec.get("template"), f"{doc.name}-ds", "spec.template")  # checked here, by file
-            out.daemonsets.append(doc.raw)
+            out.daemonsets.append(doc)
         elif kind == "PersistentVolumeClaim":
             out.volumes.pvcs[(doc.namespace or "default", doc.name)] = doc.raw
         elif kind == "PersistentVolume":

@@ -105,6 +105,11 @@ def test_daemonset_pod_is_its_template():
     assert len(p.tolerations) == 1
     with pytest.raises(inputs.InputError, match=r"DaemonSet/kube-system/agent: spec\.template: a pod template"):
         inputs.daemonset_pod({**ds, "spec": {"template": {}}})
+    greedy = {**ds, "spec": {"template": {"spec": {"containers": [{"name": "a", "resources": {"requests": {
+        "cpu": "lots"}}}]}}}}
+    with pytest.raises(inputs.InputError,
+                       match=r"DaemonSet/kube-system/agent: spec\.template: spec\.containers\[0\]\.resources"):
+        inputs.daemonset_pod(greedy)
 
 
 def test_existing_node_labels_taints_and_cordon():
