@@ -79,11 +79,12 @@ class Scheduler:
 
     # ---- setup -------------------------------------------------------------------------------------------------
     def _daemon_overhead(self, pool: SchedNodePool) -> dict[str, int]:
-        """What the DaemonSets that would run on the pool's nodes request, per node."""
+        """What the DaemonSets that would run on the pool's nodes request, per node. Startup taints never keep a
+        DaemonSet off (they exist so DaemonSets can prepare the node), as in Karpenter's isDaemonPodCompatible."""
         total: dict[str, int] = {}
         pool_reqs = pool.requirements
         for ds in self.daemonsets:
-            if untolerated(pool.taints + pool.startup_taints, ds.tolerations) is not None:
+            if untolerated(pool.taints, ds.tolerations) is not None:
                 continue
             if ds.node_terms and all(pool_reqs.incompatibility(t) is not None for t in ds.node_terms):
                 continue

@@ -132,6 +132,21 @@ def test_daemonset_overhead_is_added_to_new_nodes():
     assert c.instance_type.name == "fake-it-1"
 
 
+def test_daemonset_overhead_counts_despite_startup_taints():
+    """Karpenter: startupTaints are removed by DaemonSets once the node is up, so a DaemonSet that does not tolerate
+    them still runs there (only the pool's taints can keep it off)."""
+    ds = pod(cpu="500m", mem="256Mi")
+    starting = pool()
+    starting.startup_taints = [Taint("cilium/agent-not-ready", "true", "NoSchedule")]
+    # 500m + 500m daemonset + 100m kube-reserved does not fit 1 vCPU, 2 vCPU does
+    plan = solve([starting], [pod(cpu="500m")], daemonsets=[ds])
+    assert plan.node_claims[0].instance_type.name == "fake-it-1"
+    tainted = pool(taints=[Taint("dedicated", "db", "NoSchedule")])
+    plan = solve([tainted], [pod(cpu="500m", tolerations=[{"key": "dedicated", "operator": "Exists"}])],
+                 daemonsets=[ds])
+    assert plan.node_claims[0].instance_type.name == "fake-it-0"  # the DaemonSet does not run there
+
+
 def test_zonal_topology_spread_balances_zones():
     sel = {"matchLabels": {"app": "web"}}
     pods = [pod(labels={"app": "web"}, topologySpreadConstraints=[
