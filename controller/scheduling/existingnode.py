@@ -23,6 +23,8 @@ class ExistingNodeBin(Bin):
         self.alloc = allocatable
         self.pods.extend(node.pods)
         self.anti_terms.extend(t for p in node.pods for t in p.anti_affinity)
+        for p in node.pods:
+            self.host_ports |= p.host_ports
         self.maxfree = self.free_upper_bound()
 
     def free_upper_bound(self) -> np.ndarray:

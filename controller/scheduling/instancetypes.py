@@ -22,9 +22,11 @@ class InstanceTypeIndex:
     """A NodePool's instance types as arrays, cheapest first: allocatable and free room (less DaemonSet overhead) per
     resource, offering prices per (zone, capacity type), and label masks cached per requirement."""
 
-    def __init__(self, pool: SchedNodePool, resources: list[str], daemon_overhead: dict[str, int]) -> None:
+    def __init__(self, pool: SchedNodePool, resources: list[str], daemon_overhead: dict[str, int],
+                 daemon_host_ports: frozenset[tuple[str, str, int]] = frozenset()) -> None:
         self.pool = pool
         self.resources = resources
+        self.daemon_host_ports = daemon_host_ports  # held on every node of the pool by its DaemonSets
         self.has_min_values = any(r.min_values for r in pool.requirements)
         zone_req = pool.requirements.get(L.ZONE)
         ct_req = pool.requirements.get(L.CAPACITY_TYPE)

@@ -80,6 +80,7 @@ class NodeClaim(Bin):
         super().__init__(name, requirements, taints, used)
         self.index = index
         self.mask = mask
+        self.host_ports |= index.daemon_host_ports
         self.maxfree = self.free_upper_bound()
 
     def free_upper_bound(self) -> np.ndarray:

@@ -78,19 +78,27 @@ class Scheduler:
         self._names = 0
 
     # ---- setup -------------------------------------------------------------------------------------------------
-    def _daemon_overhead(self, pool: SchedNodePool) -> dict[str, int]:
-        """What the DaemonSets that would run on the pool's nodes request, per node. Startup taints never keep a
-        DaemonSet off (they exist so DaemonSets can prepare the node), as in Karpenter's isDaemonPodCompatible."""
-        total: dict[str, int] = {}
-        pool_reqs = pool.requirements
+    def _daemons(self, pool: SchedNodePool) -> list[Pod]:
+        """The DaemonSets that would run on the pool's nodes. Startup taints never keep a DaemonSet off (they exist
+        so DaemonSets can prepare the node), as in Karpenter's isDaemonPodCompatible."""
+        out = []
         for ds in self.daemonsets:
             if untolerated(pool.taints, ds.tolerations) is not None:
                 continue
-            if ds.node_terms and all(pool_reqs.incompatibility(t) is not None for t in ds.node_terms):
+            if ds.node_terms and all(pool.requirements.incompatibility(t) is not None for t in ds.node_terms):
                 continue
+            out.append(ds)
+        return out
+
+    def _index(self, pool: SchedNodePool, resources: list[str]) -> InstanceTypeIndex:
+        """The pool's instance types less the requests of its DaemonSets, with the host ports they hold."""
+        overhead: dict[str, int] = {}
+        ports: set[tuple[str, str, int]] = set()
+        for ds in self._daemons(pool):
             for k, v in ds.requests.items():
-                total[k] = total.get(k, 0) + v
-        return total
+                overhead[k] = overhead.get(k, 0) + v
+            ports |= ds.host_ports
+        return InstanceTypeIndex(pool, resources, overhead, frozenset(ports))
 
     def _start(self, pods: list[Pod]) -> None:
         """Reset the solve state: resources, instance-type indexes, limits left, existing nodes as bins, groups."""
@@ -101,7 +109,7 @@ class Scheduler:
                     resources.append(r)
         self.resources = resources
         self.rindex = {r: i for i, r in enumerate(resources)}
-        self.indexes = [InstanceTypeIndex(p, resources, self._daemon_overhead(p)) for p in self.pools]
+        self.indexes = [self._index(p, resources) for p in self.pools]
         self.remaining = {p.name: (None if p.limits is None else dict(p.limits)) for p in self.pools}
         for pool in self.pools:
             rem = self.remaining[pool.name]
@@ -306,6 +314,10 @@ class Scheduler:
         why = pool.requirements.incompatibility(reqs)
         if why is not None:
             return 0, why
+        held = view.host_ports & ix.daemon_host_ports
+        if held:
+            protocol, ip, port = min(held)
+            return 0, f"host port {port}/{protocol} ({ip}) is held by a DaemonSet on the pool's nodes"
         merged = pool.requirements.intersect(reqs)
         zm, cm = ix.offer_masks(merged)
         mask = ix.all_mask & ix.mask(merged)

@@ -147,6 +147,23 @@ def test_daemonset_overhead_counts_despite_startup_taints():
     assert plan.node_claims[0].instance_type.name == "fake-it-0"  # the DaemonSet does not run there
 
 
+def test_host_ports_of_bound_pods_and_daemonsets_are_taken():
+    """Karpenter tracks host-port usage per node: a port held by a pod bound to an existing node, or by a DaemonSet
+    that runs on the pool's nodes, is not available to a new pod."""
+    port = [{"name": "c", "ports": [{"containerPort": 80, "hostPort": 8080}],
+             "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]
+    bound = pod(name="bound", containers=port)
+    node = ExistingNode("node-a", {}, [], {"cpu": 4000, "memory": 8 * 2**30, "pods": 110}, pods=[bound])
+    plan = solve([pool()], [pod(name="wants-8080", containers=port)], existing=[node])
+    assert not plan.existing and len(plan.node_claims) == 1
+    other = pod(name="other-port", containers=[{**port[0], "ports": [{"containerPort": 80, "hostPort": 8081}]}])
+    plan = solve([pool()], [other], existing=[node])
+    assert list(plan.existing) == ["node-a"]
+    exporter = pod(name="exporter", containers=port, tolerations=[{"operator": "Exists"}])
+    plan = solve([pool()], [pod(name="clash", containers=port)], daemonsets=[exporter])
+    assert not plan.node_claims and "host port 8080/TCP" in plan.unschedulable["default/clash"]
+
+
 def test_zonal_topology_spread_balances_zones():
     sel = {"matchLabels": {"app": "web"}}
     pods = [pod(labels={"app": "web"}, topologySpreadConstraints=[
