@@ -33,6 +33,7 @@ from controller.scheduling.types import ExistingNode, SchedNodePool, untolerated
 
 MAX_ROUNDS = 256
 BASE_RESOURCES = (CPU, MEMORY, PODS)
+NODES = "nodes"  # a NodePool limit on the number of nodes, counted in its usage (status.resources) too
 
 
 @dataclass
@@ -330,9 +331,13 @@ class Scheduler:
         within = np.ones(len(ix.types), dtype=bool)
         if rem is not None:
             pending = self._vec({})
+            opened = 0
             for b in self.new_bins:
                 if b.index is ix and b.mask.any():
                     pending += ix.capacity[int(np.argmax(b.mask))]
+                    opened += 1
+            if NODES in rem and opened + 1 > rem[NODES]:
+                return 0, f"limits exceeded: another node would go past the pool's limit of {NODES} ({_left(rem)})"
             for k, v in rem.items():
                 i = self.rindex.get(k)
                 if i is not None:
@@ -340,8 +345,7 @@ class Scheduler:
         fit = fit_count(ix.free0[mask & within], req)
         if not fit.size or fit.max() <= 0:
             if rem is not None and fit_count(ix.free0[mask], req).max(initial=0) > 0:
-                left = ", ".join(f"{k}={format_quantity(k, max(0, v))}" for k, v in rem.items())
-                return 0, f"limits exceeded: a node large enough would go past the pool's limits (left: {left})"
+                return 0, f"limits exceeded: a node large enough would go past the pool's limits ({_left(rem)})"
             need = ", ".join(f"{r}={format_quantity(r, int(req[i]))}" for i, r in enumerate(self.resources)
                              if req[i] and r != PODS)
             return 0, f"no instance type has room for requests {need} (with daemonset overhead)"
@@ -378,3 +382,8 @@ class Scheduler:
         by_id = {id(ix): ix for ix in self.indexes}
         pools_of = {k: [by_id[i] for i in ids] for k, ids in self._class_pools.items()}
         plan.lower_bound_per_hour = round(lower_bound(placed, pools_of, self.indexes, self.resources), 6)
+
+
+def _left(remaining: dict[str, int]) -> str:
+    """What a pool's limits still allow, for messages."""
+    return "left: " + ", ".join(f"{k}={format_quantity(k, max(0, v))}" for k, v in remaining.items())

@@ -164,6 +164,20 @@ def test_host_ports_of_bound_pods_and_daemonsets_are_taken():
     assert not plan.node_claims and "host port 8080/TCP" in plan.unschedulable["default/clash"]
 
 
+def test_nodepool_limit_on_nodes():
+    """Karpenter: `limits.nodes` caps how many nodes a NodePool has, counting the nodes it already has."""
+    capped = pool(limits={"nodes": 3})
+    plan = solve([capped], [pod(cpu="1", name=f"n{i}", topologySpreadConstraints=[
+        {"maxSkew": 1, "topologyKey": HOST, "whenUnsatisfiable": "DoNotSchedule",
+         "labelSelector": {"matchLabels": {"app": "one-per-node"}}}], labels={"app": "one-per-node"})
+        for i in range(5)])
+    assert len(plan.node_claims) == 3 and len(plan.unschedulable) == 2
+    assert all("limit of nodes" in why for why in plan.unschedulable.values())
+    capped.used = {"nodes": 3}
+    plan = solve([capped], [pod(cpu="1", name="late")])
+    assert not plan.node_claims and "limits exceeded" in plan.unschedulable["default/late"]
+
+
 def test_zonal_topology_spread_balances_zones():
     sel = {"matchLabels": {"app": "web"}}
     pods = [pod(labels={"app": "web"}, topologySpreadConstraints=[
