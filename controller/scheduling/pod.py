@@ -18,12 +18,16 @@ SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
 
 @dataclass(frozen=True, slots=True)
 class LabelSelector:
-    """A Kubernetes label selector (matchLabels and matchExpressions)."""
+    """A Kubernetes label selector (matchLabels and matchExpressions). An empty selector matches every pod; a
+    missing one (`nothing`) matches none, as Kubernetes reads a null labelSelector in affinity and spread terms."""
 
     expressions: tuple[tuple[str, str, frozenset[str]], ...] = ()
+    nothing: bool = False
 
     def matches(self, labels: Mapping[str, str]) -> bool:
         """Whether labels satisfy every expression."""
+        if self.nothing:
+            return False
         for key, op, values in self.expressions:
             present = key in labels
             if op == "In" and (not present or labels[key] not in values):
@@ -111,7 +115,7 @@ class PodError(ValueError):
 
 def _selector(raw: Any, path: str) -> LabelSelector:
     if raw is None:
-        return LabelSelector()
+        return LabelSelector(nothing=True)
     if not isinstance(raw, dict):
         raise PodError(f"{path}: must be a label selector object")
     exprs: list[tuple[str, str, frozenset[str]]] = [
@@ -232,8 +236,11 @@ def pod_from_dict(d: dict[str, Any]) -> Pod:
         when = c.get("whenUnsatisfiable", "DoNotSchedule")
         if when not in ("DoNotSchedule", "ScheduleAnyway"):
             raise PodError(f"{path}.whenUnsatisfiable: {when!r} is not DoNotSchedule or ScheduleAnyway")
-        spread.append(SpreadConstraint(skew, str(c["topologyKey"]), when == "DoNotSchedule",
-                                       _selector(c.get("labelSelector"), f"{path}.labelSelector"), c.get("minDomains")))
+        selector = _selector(c.get("labelSelector"), f"{path}.labelSelector")
+        if selector.nothing:
+            continue  # counts no pod, so the skew is always 0: Kubernetes never rejects a node for it
+        spread.append(SpreadConstraint(skew, str(c["topologyKey"]), when == "DoNotSchedule", selector,
+                                       c.get("minDomains")))
     pod_aff = affinity.get("podAffinity") or {}
     pod_anti = affinity.get("podAntiAffinity") or {}
     rq = "requiredDuringSchedulingIgnoredDuringExecution"

@@ -178,6 +178,27 @@ def test_nodepool_limit_on_nodes():
     assert not plan.node_claims and "limits exceeded" in plan.unschedulable["default/late"]
 
 
+def test_a_term_without_label_selector_matches_no_pods():
+    """Kubernetes reads a null labelSelector as matching nothing (an empty one matches everything): a spread
+    constraint without one never limits placement, anti-affinity without one keeps no pod away, and required
+    affinity without one cannot be met."""
+    spread = [pod(cpu="100m", labels={"app": "a"}, topologySpreadConstraints=[
+        {"maxSkew": 1, "topologyKey": HOST, "whenUnsatisfiable": "DoNotSchedule"}]) for _ in range(4)]
+    plan = solve([pool()], spread)
+    assert len(plan.node_claims) == 1
+    anti = [pod(cpu="100m", labels={"app": "a"}, affinity={"podAntiAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": [{"topologyKey": HOST}]}}) for _ in range(3)]
+    assert len(solve([pool()], anti).node_claims) == 1
+    everyone = [pod(cpu="100m", labels={"app": "a"}, affinity={"podAntiAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": [{"topologyKey": HOST, "labelSelector": {}}]}})
+        for _ in range(3)]
+    assert len(solve([pool()], everyone).node_claims) == 3
+    lonely = pod(cpu="100m", name="lonely", labels={"app": "a"}, affinity={"podAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": [{"topologyKey": ZONE}]}})
+    plan = solve([pool()], [lonely])
+    assert not plan.node_claims and "no pod matches" in plan.unschedulable["default/lonely"]
+
+
 def test_zonal_topology_spread_balances_zones():
     sel = {"matchLabels": {"app": "web"}}
     pods = [pod(labels={"app": "web"}, topologySpreadConstraints=[
