@@ -17,7 +17,8 @@ class View:
     """A pod's constraints at one relaxation level."""
 
     pod: Pod
-    node_terms: tuple[Requirements, ...]
+    node_terms: tuple[Requirements, ...]  # OR-terms, with the preferred node affinity still held folded in
+    strict_terms: tuple[Requirements, ...]  # the same terms from required node affinity alone (topology domains)
     tolerations: tuple[Toleration, ...]
     spread: tuple[SpreadConstraint, ...]
     affinity: tuple[AffinityTerm, ...]
@@ -48,15 +49,15 @@ def relaxed(pod: Pod, level: int) -> View | None:
     tolerations = pod.tolerations
     if drop >= 1:
         tolerations = (*tolerations, PREFER_NO_SCHEDULE)
-    terms = pod.node_terms
+    strict = pod.node_terms or (Requirements(),)
+    terms = strict
     prefs = [r for _, r in node[:k_node]]
     if prefs:
-        base = terms or (Requirements(),)
         extra = Requirements()
         for r in prefs:
             extra = extra.intersect(r)
-        terms = tuple(t.intersect(extra) for t in base)
-    return View(pod=pod, node_terms=terms, tolerations=tolerations,
+        terms = tuple(t.intersect(extra) for t in strict)
+    return View(pod=pod, node_terms=terms, strict_terms=strict, tolerations=tolerations,
                 spread=tuple(c for c in pod.spread if c.hard) + tuple(soft[:k_soft]),
                 affinity=pod.affinity + tuple(t for _, t in aff[:k_aff]),
                 anti_affinity=pod.anti_affinity + tuple(t for _, t in anti[:k_anti]), host_ports=pod.host_ports)

@@ -207,16 +207,15 @@ class Scheduler:
     def _place_view(self, view: View, pods: list[Pod]) -> tuple[int, str]:
         """Place as many of the class's pods as possible under one relaxation level; returns (placed, why not)."""
         pools = self._class_pools.setdefault(view.pod.class_key, set())
-        for term in view.node_terms or (Requirements(),):
+        for term in view.node_terms:
             pools.update(id(ix) for ix in self.topology.compatible_pools(view, term))
         placed = 0
         reasons: list[str] = []
         total = len(pods)
         while placed < total:
-            terms = view.node_terms or (Requirements(),)
             progress = 0
-            for term in terms:
-                progress = self._place_some(view, term, pods[placed:], reasons)
+            for term, strict in zip(view.node_terms, view.strict_terms, strict=True):
+                progress = self._place_some(view, term, strict, pods[placed:], reasons)
                 if progress:
                     break
             if not progress:
@@ -224,10 +223,12 @@ class Scheduler:
             placed += progress
         return placed, ""
 
-    def _place_some(self, view: View, term: Requirements, pods: list[Pod], reasons: list[str]) -> int:
-        """Place a prefix of pods (all identical) into one bin; returns how many were placed (0 = none possible)."""
+    def _place_some(self, view: View, term: Requirements, strict: Requirements, pods: list[Pod],
+                    reasons: list[str]) -> int:
+        """Place a prefix of pods (all identical) into one bin; returns how many were placed (0 = none possible).
+        term is the node requirement tried (preferences included), strict the same from required affinity alone."""
         req = self._vec(view.pod.requests)
-        reqs, cap, why = self.topology.requirements(view, term)
+        reqs, cap, why = self.topology.requirements(view, term, strict)
         if reqs is None:
             reasons.append(why)
             return 0

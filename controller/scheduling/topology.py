@@ -121,9 +121,13 @@ class Topology:
             zones = self._zone_cache[key] = sorted(z for z in found if zr is None or zr.has(z))
         return zones
 
-    def requirements(self, view: View, term: Requirements) -> tuple[Requirements | None, int, str]:
+    def requirements(self, view: View, term: Requirements, strict: Requirements | None = None) -> tuple[
+            Requirements | None, int, str]:
         """The extra requirements (a domain) and per-node cap the pod's topology constraints impose right now, or
-        None and why no domain is left."""
+        None and why no domain is left. Spread domains and their minimum count come from `strict` (the required node
+        affinity alone: preferred node affinity never narrows them, as in Karpenter); the chosen domain must also
+        meet `term`."""
+        strict = term if strict is None else strict
         candidates_zones = self.zones_for(view, term)
         reqs = term
         cap = UNBOUNDED
@@ -134,27 +138,28 @@ class Topology:
                 cap = min(cap, c.max_skew)
                 continue
             if c.topology_key == L.ZONE:
-                domains = list(candidates_zones)
+                eligible = self.zones_for(view, strict)
             elif c.topology_key == L.CAPACITY_TYPE:
-                domains = self.capacity_types_for(view, term)
+                eligible = self.capacity_types_for(view, strict)
             else:
-                domains = sorted(g.counts)
+                eligible = sorted(g.counts)
+            required = strict.get(c.topology_key)
+            if required is not None:
+                eligible = [d for d in eligible if required.has(d)]
             allowed = reqs.get(c.topology_key)
-            if allowed is not None:
-                domains = [d for d in domains if allowed.has(d)]
+            domains = eligible if allowed is None else [d for d in eligible if allowed.has(d)]
             if not domains:
                 return None, 0, f"topology spread on {c.topology_key}: no eligible domain"
-            counts = {d: g.counts.get(d, 0) for d in domains}
-            low = min(counts.values())
-            if c.min_domains and len(domains) < c.min_domains:
-                low = 0
+            counts = {d: g.counts.get(d, 0) for d in eligible}
+            too_few = bool(c.min_domains) and len(eligible) < (c.min_domains or 0)
+            low = 0 if too_few else min(counts.values())  # fewer domains than minDomains: the global minimum is 0
             best = min(domains, key=lambda d: (counts[d], d))
             if counts[best] + 1 - low > c.max_skew:
                 return None, 0, f"topology spread on {c.topology_key} would exceed maxSkew {c.max_skew}"
-            # how many can go to best before another domain becomes the lowest
-            others = [counts[d] for d in domains if d != best]
-            room = (min(others) if others else UNBOUNDED) + c.max_skew - counts[best]
-            cap = min(cap, max(1, room))
+            # how many can go to best before the skew to the lowest other eligible domain passes maxSkew
+            others = [counts[d] for d in eligible if d != best]
+            floor = min(others) if others else UNBOUNDED
+            cap = min(cap, max(1, floor + c.max_skew - counts[best]))
             reqs = reqs.intersect(Requirements([Requirement(c.topology_key, False, frozenset([best]))]))
         for t in view.affinity:
             g = self.group(t.selector, t.namespaces, t.topology_key)

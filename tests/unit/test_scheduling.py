@@ -199,6 +199,20 @@ def test_a_term_without_label_selector_matches_no_pods():
     assert not plan.node_claims and "no pod matches" in plan.unschedulable["default/lonely"]
 
 
+def test_preferred_node_affinity_never_narrows_spread_domains():
+    """Karpenter computes spread domains and their minimum from the pod's required node affinity: a zone preference
+    is followed only while the spread allows it, then relaxed, and DoNotSchedule skew holds."""
+    sel = {"matchLabels": {"app": "web"}}
+    pods = [pod(labels={"app": "web"}, topologySpreadConstraints=[
+        {"maxSkew": 1, "topologyKey": ZONE, "whenUnsatisfiable": "DoNotSchedule", "labelSelector": sel}],
+        affinity={"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 10, "preference": {
+            "matchExpressions": [{"key": ZONE, "operator": "In", "values": ["test-zone-1"]}]}}]}})
+        for _ in range(6)]
+    plan = solve([pool()], pods)
+    zones = sorted(c.zone for c in plan.node_claims for _ in c.pods)
+    assert zones == ["test-zone-1"] * 2 + ["test-zone-2"] * 2 + ["test-zone-3"] * 2
+
+
 def test_zonal_topology_spread_balances_zones():
     sel = {"matchLabels": {"app": "web"}}
     pods = [pod(labels={"app": "web"}, topologySpreadConstraints=[
