@@ -159,6 +159,8 @@ class Topology:
             # how many can go to best before the skew to the lowest other eligible domain passes maxSkew
             others = [counts[d] for d in eligible if d != best]
             floor = min(others) if others else UNBOUNDED
+            if too_few:
+                floor = 0
             cap = min(cap, max(1, floor + c.max_skew - counts[best]))
             reqs = reqs.intersect(Requirements([Requirement(c.topology_key, False, frozenset([best]))]))
         for t in view.affinity:

@@ -213,6 +213,19 @@ def test_preferred_node_affinity_never_narrows_spread_domains():
     assert zones == ["test-zone-1"] * 2 + ["test-zone-2"] * 2 + ["test-zone-3"] * 2
 
 
+def test_min_domains_caps_bulk_placement():
+    """Kubernetes/Karpenter: with fewer eligible domains than minDomains the global minimum is 0, so no domain may
+    hold more than maxSkew matching pods: this holds for every pod of a class, not only the first."""
+    sel = {"matchLabels": {"app": "web"}}
+    pods = [pod(cpu="100m", labels={"app": "web"}, topologySpreadConstraints=[
+        {"maxSkew": 2, "minDomains": 5, "topologyKey": ZONE, "whenUnsatisfiable": "DoNotSchedule",
+         "labelSelector": sel}]) for _ in range(8)]
+    plan = solve([pool()], pods)
+    zones = sorted(c.zone for c in plan.node_claims for _ in c.pods)
+    assert zones == ["test-zone-1"] * 2 + ["test-zone-2"] * 2 + ["test-zone-3"] * 2
+    assert len(plan.unschedulable) == 2 and all("maxSkew 2" in why for why in plan.unschedulable.values())
+
+
 def test_zonal_topology_spread_balances_zones():
     sel = {"matchLabels": {"app": "web"}}
     pods = [pod(labels={"app": "web"}, topologySpreadConstraints=[
