@@ -1,0 +1,184 @@
+"""client-go's work queue and a reconciler loop over it.
+
+A key is queued at most once, never processed by two workers at once, and a key added while it is being processed is
+processed again after done(). Failures back off per key exponentially (base * 2^n, capped); Result.requeue_after
+schedules the next pass.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from controller.kube.errors import ConflictError, is_temporary
+
+log = logging.getLogger("karpy.controller")
+
+
+@dataclass(frozen=True)
+class Result:
+    """What a reconcile asks for next: nothing, or another pass after requeue_after seconds."""
+
+    requeue_after: float | None = None
+
+
+class WorkQueue:
+    """A deduplicating, delaying, rate-limited queue of keys."""
+
+    def __init__(self, name: str, base_delay: float = 0.005, max_delay: float = 1000.0) -> None:
+        self.name = name
+        self.base_delay = base_delay
+        self.max_delay = max_delay
+        self._cond = threading.Condition()
+        self._queue: list[str] = []
+        self._queued: set[str] = set()
+        self._processing: set[str] = set()
+        self._dirty: set[str] = set()  # added while processing
+        self._delayed: list[tuple[float, int, str]] = []
+        self._seq = 0
+        self._failures: dict[str, int] = {}
+        self._shutdown = False
+
+    def add(self, key: str) -> None:
+        """Queue key (no-op if queued; re-queued after done() if being processed)."""
+        with self._cond:
+            if self._shutdown:
+                return
+            if key in self._processing:
+                self._dirty.add(key)
+                return
+            if key not in self._queued:
+                self._queued.add(key)
+                self._queue.append(key)
+                self._cond.notify()
+
+    def add_after(self, key: str, delay: float) -> None:
+        """Queue key after delay seconds."""
+        if delay <= 0:
+            self.add(key)
+            return
+        with self._cond:
+            if self._shutdown:
+                return
+            self._seq += 1
+            heapq.heappush(self._delayed, (time.monotonic() + delay, self._seq, key))
+            self._cond.notify()
+
+    def add_rate_limited(self, key: str) -> None:
+        """Queue key after its backoff: base * 2^failures, capped at max_delay."""
+        with self._cond:
+            n = self._failures.get(key, 0)
+            self._failures[key] = n + 1
+        self.add_after(key, min(self.base_delay * (2 ** min(n, 40)), self.max_delay))
+
+    def failures(self, key: str) -> int:
+        """How many times in a row key has been rate-limited."""
+        with self._cond:
+            return self._failures.get(key, 0)
+
+    def forget(self, key: str) -> None:
+        """Reset key's backoff."""
+        with self._cond:
+            self._failures.pop(key, None)
+
+    def _promote(self) -> float | None:
+        now = time.monotonic()
+        while self._delayed and self._delayed[0][0] <= now:
+            _, _, key = heapq.heappop(self._delayed)
+            if key in self._processing:
+                self._dirty.add(key)
+            elif key not in self._queued:
+                self._queued.add(key)
+                self._queue.append(key)
+        return self._delayed[0][0] - now if self._delayed else None
+
+    def get(self, timeout: float | None = None) -> str | None:
+        """The next key to process (None on timeout or shutdown); call done(key) after."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while True:
+                if self._shutdown:
+                    return None
+                next_delay = self._promote()
+                if self._queue:
+                    key = self._queue.pop(0)
+                    self._queued.discard(key)
+                    self._processing.add(key)
+                    return key
+                waits = [w for w in (next_delay, None if deadline is None else deadline - time.monotonic())
+                         if w is not None]
+                wait = min(waits) if waits else None
+                if wait is not None and wait <= 0 and deadline is not None and time.monotonic() >= deadline:
+                    return None
+                self._cond.wait(wait if wait is None or wait > 0 else 0.001)
+
+    def done(self, key: str) -> None:
+        """Processing of key finished; re-queue it if it was added meanwhile."""
+        with self._cond:
+            self._processing.discard(key)
+            if key in self._dirty:
+                self._dirty.discard(key)
+                if key not in self._queued:
+                    self._queued.add(key)
+                    self._queue.append(key)
+                    self._cond.notify()
+
+    def shutdown(self) -> None:
+        """Wake every waiting worker; get() returns None from now on."""
+        with self._cond:
+            self._shutdown = True
+            self._cond.notify_all()
+
+    def __len__(self) -> int:
+        with self._cond:
+            return len(self._queue) + len(self._delayed)
+
+
+class Controller:
+    """A named reconciler run by worker threads over a WorkQueue; never a hot loop, never a dead thread."""
+
+    def __init__(self, name: str, reconcile: Callable[[str], Result | None], workers: int = 1,
+                 queue: WorkQueue | None = None) -> None:
+        self.name = name
+        self.reconcile = reconcile
+        self.workers = workers
+        self.queue = queue or WorkQueue(name)
+
+    def process_one(self, key: str) -> None:
+        """Reconcile key once and queue what the outcome asks for."""
+        try:
+            result = self.reconcile(key)
+        except ConflictError:
+            self.queue.add_rate_limited(key)  # someone else wrote first: re-read and retry
+        except Exception as e:
+            level = logging.INFO if is_temporary(e) else logging.ERROR
+            log.log(level, "reconciler error", exc_info=level == logging.ERROR and not is_temporary(e),
+                    extra={"controller": self.name, "key": key, "error": str(e)[:300]})
+            self.queue.add_rate_limited(key)
+        else:
+            self.queue.forget(key)
+            if result is not None and result.requeue_after is not None:
+                self.queue.add_after(key, result.requeue_after)
+
+    def _work(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            key = self.queue.get(timeout=0.5)
+            if key is None:
+                continue
+            try:
+                self.process_one(key)
+            finally:
+                self.queue.done(key)
+
+    def start(self, stop: threading.Event) -> list[threading.Thread]:
+        """Start the workers; they end when stop is set."""
+        threads = []
+        for i in range(self.workers):
+            t = threading.Thread(target=self._work, args=(stop,), name=f"{self.name}-{i}", daemon=True)
+            t.start()
+            threads.append(t)
+        return threads
