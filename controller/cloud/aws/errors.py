@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
+from controller.cloud.errors import InsufficientCapacityError, NodeClaimNotFoundError
+
+__all__ = ["INSUFFICIENT_CAPACITY_CODES", "InsufficientCapacityError", "LaunchError", "LaunchTemplateNotFoundError",
+           "NodeClaimNotFoundError"]
+
 # CreateFleet error codes that mean "no capacity for this offering right now" (Karpenter's list)
 INSUFFICIENT_CAPACITY_CODES = frozenset({
     "InsufficientInstanceCapacity", "InsufficientCapacity", "MaxSpotInstanceCountExceeded", "VcpuLimitExceeded",
     "UnfulfillableCapacity", "Unsupported", "InsufficientFreeAddressesInSubnet", "ReservationCapacityExceeded",
     "SpotMaxPriceTooLow",
 })
-
-
-class NodeClaimNotFoundError(Exception):
-    """The instance behind a NodeClaim does not exist (any more)."""
-
-
-class InsufficientCapacityError(Exception):
-    """Every allowed offering was refused for lack of capacity."""
 
 
 class LaunchTemplateNotFoundError(Exception):

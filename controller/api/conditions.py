@@ -1,0 +1,64 @@
+"""Status conditions in the Kubernetes shape Karpenter writes (type, status, reason, message, lastTransitionTime,
+observedGeneration): set one in a status copy, keeping the transition time when nothing changed."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+MAX_MESSAGE = 1024
+
+
+def now_rfc3339() -> str:
+    """The current time as the API writes timestamps."""
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def get(status: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:
+    """The condition of that type in a status dict."""
+    for c in (status or {}).get("conditions") or []:
+        if isinstance(c, dict) and c.get("type") == type_:
+            return c
+    return None
+
+
+def set_condition(status: dict[str, Any], type_: str, value: bool | None, reason: str = "", message: str = "",
+                  generation: int | None = None) -> bool:
+    """Set a condition in status (True/False/Unknown for None); returns whether anything changed."""
+    text = "Unknown" if value is None else ("True" if value else "False")
+    reason = reason or (type_ if value else f"Not{type_}" if value is False else "AwaitingReconciliation")
+    message = message[:MAX_MESSAGE]
+    conditions = status.setdefault("conditions", [])
+    current = get(status, type_)
+    if current is not None and current.get("status") == text and current.get("reason") == reason \
+            and current.get("message", "") == message and (generation is None
+                                                           or current.get("observedGeneration") == generation):
+        return False
+    # an empty message is left out: a 1.20 apiserver turns "" into null in a merge-patched custom resource
+    cond: dict[str, Any] = {"type": type_, "status": text, "reason": reason, **({"message": message} if message else {}),
+                            "lastTransitionTime": now_rfc3339()}
+    if current is not None and current.get("status") == text:
+        cond["lastTransitionTime"] = current.get("lastTransitionTime") or cond["lastTransitionTime"]
+    if generation is not None:
+        cond["observedGeneration"] = generation
+    if current is None:
+        conditions.append(cond)
+    else:
+        conditions[conditions.index(current)] = cond
+    return True
+
+
+def is_true(status: dict[str, Any] | None, type_: str) -> bool:
+    """Whether the condition is True."""
+    c = get(status, type_)
+    return c is not None and c.get("status") == "True"
+
+
+def parse_time(value: str | None) -> float | None:
+    """An RFC 3339 timestamp as epoch seconds (None when absent or malformed)."""
+    if not value:
+        return None
+    try:
+        return dt.datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None

@@ -1,0 +1,283 @@
+"""NodeClaim lifecycle, as Karpenter's sub-reconcilers: launch -> registration -> initialization, with liveness.
+
+Each pass works on one copy of the NodeClaim and writes at most one metadata patch and one status patch. A launch is
+idempotent (the cloud provider finds the instance it already made for this NodeClaim), so a crash between CreateFleet
+and the status write leaves neither a leak nor a duplicate.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from controller import metrics as M
+from controller.api import conditions as C
+from controller.api import labels as L
+from controller.api.quantity import QuantityError, resources_from_dict
+from controller.cloud.errors import InsufficientCapacityError, NodeClassNotReadyError
+from controller.cloud.provider import CloudProvider, LaunchedNode
+from controller.failpoints import failpoint
+from controller.kube import resources as R
+from controller.kube.client import KubeClient
+from controller.kube.errors import NotFoundError
+from controller.kube.events import Recorder
+from controller.kube.workqueue import Result
+from controller.provisioning.nodeclaimtemplate import resource_list
+from controller.state.cluster import Cluster, provider_id
+
+log = logging.getLogger("karpy.nodeclaim.lifecycle")
+
+LAUNCH_TIMEOUT = 5 * 60.0
+REGISTRATION_TIMEOUT = 15 * 60.0
+# taints a node carries while it starts, which do not count against initialization once gone
+EPHEMERAL_TAINTS = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable",
+                              "node.cloudprovider.kubernetes.io/uninitialized"})
+WELL_KNOWN_RESOURCES = frozenset({"cpu", "memory", "pods", "ephemeral-storage"})
+
+
+def _ref(claim: dict[str, Any]) -> dict[str, Any]:
+    return {"NodeClaim": {"name": claim["metadata"]["name"]}}
+
+
+def requirement_labels(claim: dict[str, Any]) -> dict[str, str]:
+    """Labels implied by single-valued In requirements (Karpenter labels nodes with them)."""
+    out = {}
+    for r in (claim.get("spec") or {}).get("requirements") or []:
+        if r.get("operator") == "In" and len(r.get("values") or []) == 1 and r.get("key") != L.HOSTNAME:
+            out[str(r["key"])] = str(r["values"][0])
+    return out
+
+
+def _taint_key(t: dict[str, Any]) -> tuple[str, str]:
+    return str(t.get("key")), str(t.get("effect"))
+
+
+class LifecycleController:
+    """Reconciles one NodeClaim at a time through launch, registration, initialization and liveness."""
+
+    def __init__(self, cluster: Cluster, client: KubeClient, cloud: CloudProvider, recorder: Recorder,
+                 on_deleted: Callable[[], None] = lambda: None, clock: Callable[[], float] = time.time) -> None:
+        self.cluster = cluster
+        self.client = client
+        self.cloud = cloud
+        self.recorder = recorder
+        self.on_deleted = on_deleted  # a NodeClaim given up on: its pods need a new home (the provisioner's trigger)
+        self.clock = clock
+
+    def reconcile(self, name: str) -> Result:
+        """One pass over a NodeClaim."""
+        current = self.cluster.nodeclaim(name)
+        if current is None or current["metadata"].get("deletionTimestamp"):
+            return Result()
+        claim = copy.deepcopy(current)
+        meta = claim["metadata"]
+        if L.TERMINATION_FINALIZER not in (meta.get("finalizers") or []):
+            self.client.patch(R.NODECLAIMS, name, {"metadata": {
+                "finalizers": [*(meta.get("finalizers") or []), L.TERMINATION_FINALIZER],
+                "resourceVersion": meta.get("resourceVersion")}})
+            return Result(requeue_after=0.0)
+        status = claim.setdefault("status", {})
+        if not C.is_true(status, "Launched"):
+            return self._launch(claim)
+        result = self._register(claim)
+        if result is not None:
+            return result
+        return self._initialize(claim)
+
+    # ---- launch ------------------------------------------------------------------------------------------------
+    def _delete(self, claim: dict[str, Any], reason: str) -> None:
+        name = claim["metadata"]["name"]
+        try:
+            self.client.delete(R.NODECLAIMS, name, uid=claim["metadata"].get("uid"))
+        except NotFoundError:
+            return
+        log.info("deleted nodeclaim", extra={**_ref(claim), "reason": reason, "controller": "nodeclaim.lifecycle"})
+        M.NODECLAIMS_TERMINATED.labels(reason=reason,
+                                       nodepool=claim["metadata"].get("labels", {}).get(L.NODEPOOL, ""),
+                                       capacity_type=claim["metadata"].get("labels", {}).get(L.CAPACITY_TYPE, "")).inc()
+        self.on_deleted()
+
+    def _age(self, claim: dict[str, Any]) -> float:
+        created = C.parse_time(claim["metadata"].get("creationTimestamp"))
+        return 0.0 if created is None else self.clock() - created
+
+    def _launch(self, claim: dict[str, Any]) -> Result:
+        name = claim["metadata"]["name"]
+        status = claim["status"]
+        if self._age(claim) > LAUNCH_TIMEOUT:
+            log.info("nodeclaim did not launch in time", extra={**_ref(claim), "timeout": "5m"})
+            self._delete(claim, "launch_timeout")
+            return Result()
+        ref = ((claim.get("spec") or {}).get("nodeClassRef") or {}).get("name", "")
+        nodeclass = self.cluster.nodeclass(str(ref))
+        from controller.provisioning.provisioner import nodeclass_not_ready
+
+        why = nodeclass_not_ready(nodeclass, str(ref))
+        if why or nodeclass is None:
+            if C.set_condition(status, "Launched", None, "NodeClassNotReady", why):
+                self._write_status(claim)
+            self.recorder.publish(claim, "Warning", "NodeClassNotReady", why)
+            return Result(requeue_after=5.0)
+        try:
+            with M.measure(M.CLOUDPROVIDER_DURATION, controller="nodeclaim.lifecycle", method="Create",
+                           provider="aws"):
+                launched = self.cloud.create(claim, nodeclass)
+        except InsufficientCapacityError as e:
+            M.CLOUDPROVIDER_ERRORS.labels(controller="nodeclaim.lifecycle", method="Create", provider="aws",
+                                          error="InsufficientCapacityError").inc()
+            message = str(e)[:300]
+            log.error("failed launching nodeclaim", extra={**_ref(claim), "error": message})
+            self.recorder.publish(claim, "Warning", "InsufficientCapacityError",
+                                  f"NodeClaim {name} event: {message}")
+            self._delete(claim, "insufficient_capacity")
+            return Result()
+        except NodeClassNotReadyError as e:
+            C.set_condition(status, "Launched", None, "NodeClassNotReady", str(e)[:300])
+            self._write_status(claim)
+            return Result(requeue_after=5.0)
+        except Exception as e:
+            M.CLOUDPROVIDER_ERRORS.labels(controller="nodeclaim.lifecycle", method="Create", provider="aws",
+                                          error=type(e).__name__[:40]).inc()
+            if C.set_condition(status, "Launched", False, "LaunchFailed", str(e)[:300]):
+                self._write_status(claim)
+            raise
+        failpoint("lifecycle.after-create")  # a crash between CreateFleet and the status write
+        self._populate(claim, launched)
+        log.info("launched nodeclaim", extra={
+            **_ref(claim), "controller": "nodeclaim.lifecycle", "provider-id": launched.provider_id,
+            "instance-type": launched.instance_type, "zone": launched.zone, "capacity-type": launched.capacity_type,
+            "allocatable": resource_list(launched.allocatable)})
+        return Result(requeue_after=0.0)
+
+    def _populate(self, claim: dict[str, Any], launched: LaunchedNode) -> None:
+        """Write what the launch produced: labels on the NodeClaim, then providerID, image, capacity, allocatable and
+        Launched in one status patch."""
+        meta = claim["metadata"]
+        labels = dict(meta.get("labels") or {})
+        labels.update(launched.labels)
+        labels.update({L.INSTANCE_TYPE: launched.instance_type, L.ZONE: launched.zone,
+                       L.CAPACITY_TYPE: launched.capacity_type})
+        if labels != (meta.get("labels") or {}):
+            self.client.patch(R.NODECLAIMS, meta["name"], {"metadata": {"labels": labels}})
+            meta["labels"] = labels
+        status = claim["status"]
+        status.update({"providerID": launched.provider_id, "imageID": launched.image_id,
+                       "capacity": resource_list(launched.capacity),
+                       "allocatable": resource_list(launched.allocatable)})
+        C.set_condition(status, "Launched", True, "Launched")
+        C.set_condition(status, "Registered", None, "AwaitingReconciliation", "node not registered yet")
+        C.set_condition(status, "Initialized", None, "AwaitingReconciliation", "node not initialized yet")
+        C.set_condition(status, "Ready", False, "NotReady", "Registered and Initialized are not True")
+        self._write_status(claim)
+
+    def _write_status(self, claim: dict[str, Any]) -> None:
+        with contextlib.suppress(NotFoundError):
+            self.client.patch(R.NODECLAIMS, claim["metadata"]["name"], {"status": claim["status"]},
+                              subresource="status")
+
+    # ---- registration ------------------------------------------------------------------------------------------
+    def _register(self, claim: dict[str, Any]) -> Result | None:
+        status = claim["status"]
+        pid = provider_id(claim)
+        node = self.cluster.node_for_provider_id(pid)
+        if node is None:
+            launched_at = C.parse_time((C.get(status, "Launched") or {}).get("lastTransitionTime"))
+            if launched_at is not None and self.clock() - launched_at > REGISTRATION_TIMEOUT:
+                log.info("nodeclaim did not register in time", extra={**_ref(claim), "timeout": "15m"})
+                self._delete(claim, "registration_timeout")
+                return Result()
+            if C.set_condition(status, "Registered", None, "NodeNotFound", "Node not registered with cluster"):
+                self._write_status(claim)
+            return Result(requeue_after=15.0)
+        node_name = node["metadata"]["name"]
+        if C.is_true(status, "Registered") and status.get("nodeName") == node_name:
+            return None
+        self._sync_node(claim, node, first=True)
+        status["nodeName"] = node_name
+        C.set_condition(status, "Registered", True, "Registered")
+        self._write_status(claim)
+        log.info("registered nodeclaim", extra={**_ref(claim), "Node": {"name": node_name},
+                                                "provider-id": pid, "controller": "nodeclaim.lifecycle"})
+        M.NODES_CREATED.labels(nodepool=claim["metadata"].get("labels", {}).get(L.NODEPOOL, "")).inc()
+        return Result(requeue_after=0.0)
+
+    def _sync_node(self, claim: dict[str, Any], node: dict[str, Any], first: bool) -> None:
+        """Owner reference, finalizer, labels and taints from the NodeClaim; the unregistered taint removed."""
+        meta = node["metadata"]
+        labels = dict(meta.get("labels") or {})
+        labels.update(requirement_labels(claim))
+        labels.update(claim["metadata"].get("labels") or {})
+        labels[L.REGISTERED] = "true"
+        finalizers = list(meta.get("finalizers") or [])
+        if L.TERMINATION_FINALIZER not in finalizers:
+            finalizers.append(L.TERMINATION_FINALIZER)
+        owners = [o for o in meta.get("ownerReferences") or [] if o.get("kind") != "NodeClaim"]
+        owners.append({"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "name": claim["metadata"]["name"],
+                       "uid": claim["metadata"]["uid"], "blockOwnerDeletion": True})
+        taints = [t for t in (node.get("spec") or {}).get("taints") or [] if t.get("key") != L.UNREGISTERED_TAINT_KEY]
+        if "karpenter.sh/do-not-sync-taints" not in labels:
+            have = {_taint_key(t) for t in taints}
+            spec = claim.get("spec") or {}
+            wanted = list(spec.get("taints") or []) + (list(spec.get("startupTaints") or []) if first else [])
+            for t in wanted:
+                if _taint_key(t) not in have:
+                    taints.append({k: v for k, v in t.items() if k in ("key", "value", "effect")})
+                    have.add(_taint_key(t))
+        self.client.patch(R.NODES, meta["name"], {
+            "metadata": {"labels": labels, "finalizers": finalizers, "ownerReferences": owners,
+                         "resourceVersion": meta.get("resourceVersion")},
+            "spec": {"taints": taints}})
+
+    # ---- initialization ----------------------------------------------------------------------------------------
+    def _initialize(self, claim: dict[str, Any]) -> Result:
+        status = claim["status"]
+        if C.is_true(status, "Initialized"):
+            if not C.is_true(status, "Ready"):
+                C.set_condition(status, "Ready", True, "Ready")
+                self._write_status(claim)
+            return Result()
+        node = self.cluster.node(str(status.get("nodeName", "")))
+        if node is None:
+            return Result(requeue_after=5.0)
+        why = self._not_initialized(claim, node)
+        if why:
+            if C.set_condition(status, "Initialized", None, "NotInitialized", why):
+                self._write_status(claim)
+            return Result(requeue_after=30.0)
+        labels = node["metadata"].get("labels") or {}
+        if labels.get(L.INITIALIZED) != "true":
+            self.client.patch(R.NODES, node["metadata"]["name"], {"metadata": {"labels": {L.INITIALIZED: "true"}}})
+        C.set_condition(status, "Initialized", True, "Initialized")
+        C.set_condition(status, "Ready", True, "Ready")
+        self._write_status(claim)
+        log.info("initialized nodeclaim", extra={**_ref(claim), "Node": {"name": node["metadata"]["name"]},
+                                                 "allocatable": (node.get("status") or {}).get("allocatable", {}),
+                                                 "controller": "nodeclaim.lifecycle"})
+        return Result()
+
+    def _not_initialized(self, claim: dict[str, Any], node: dict[str, Any]) -> str:
+        """Why the node is not initialized yet ("" when it is): Ready, startup and ephemeral taints gone, requested
+        extended resources registered."""
+        ready = next((c for c in (node.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"), None)
+        if ready is None or ready.get("status") != "True":
+            return "Node not ready"
+        taints = {_taint_key(t) for t in (node.get("spec") or {}).get("taints") or []}
+        for t in (claim.get("spec") or {}).get("startupTaints") or []:
+            if _taint_key(t) in taints:
+                return f"StartupTaint \"{t.get('key')}:{t.get('effect')}\" still exists"
+        for key, effect in taints:
+            if key in EPHEMERAL_TAINTS:
+                return f"KnownEphemeralTaint \"{key}:{effect}\" still exists"
+        try:
+            requested = resources_from_dict(((claim.get("spec") or {}).get("resources") or {}).get("requests"))
+            allocatable = resources_from_dict((node.get("status") or {}).get("allocatable"))
+        except QuantityError:
+            return ""
+        for resource, amount in requested.items():
+            if resource not in WELL_KNOWN_RESOURCES and amount > 0 and allocatable.get(resource, 0) <= 0:
+                return f'Resource "{resource}" was requested but not registered'
+        return ""

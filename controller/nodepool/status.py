@@ -1,0 +1,79 @@
+"""NodePool status, as Karpenter's nodepool counter and readiness controllers keep it: status.resources and
+status.nodes from its NodeClaims, conditions NodeClassReady, ValidationSucceeded and Ready, and the usage and limit
+gauges."""
+
+from __future__ import annotations
+
+import copy
+import logging
+from typing import Any
+
+from controller import metrics as M
+from controller.api import conditions as C
+from controller.api.quantity import QuantityError, resources_from_dict
+from controller.kube import resources as R
+from controller.kube.client import KubeClient
+from controller.kube.errors import NotFoundError
+from controller.kube.workqueue import Result
+from controller.provisioning.nodeclaimtemplate import resource_list
+from controller.provisioning.provisioner import nodeclass_not_ready
+from controller.state.cluster import Cluster
+
+log = logging.getLogger("karpy.nodepool.status")
+
+
+class NodePoolStatusController:
+    """Keeps each NodePool's status and gauges current."""
+
+    def __init__(self, cluster: Cluster, client: KubeClient) -> None:
+        self.cluster = cluster
+        self.client = client
+
+    def usage(self, name: str) -> tuple[dict[str, int], int]:
+        """Capacity of the pool's launched NodeClaims, and how many NodeClaims it has."""
+        total: dict[str, int] = {}
+        claims = self.cluster.nodeclaims_for_nodepool(name)
+        for claim in claims:
+            try:
+                capacity = resources_from_dict((claim.get("status") or {}).get("capacity"))
+            except QuantityError:
+                continue
+            for k, v in capacity.items():
+                total[k] = total.get(k, 0) + v
+        return total, len(claims)
+
+    def reconcile(self, name: str) -> Result:
+        """One pass over a NodePool."""
+        current = self.cluster.nodepool(name)
+        if current is None:
+            return Result()
+        status = copy.deepcopy(current.get("status") or {})
+        before = copy.deepcopy(status)
+        resources, nodes = self.usage(name)
+        status["resources"] = resource_list(resources)
+        status["nodes"] = nodes
+        generation = current["metadata"].get("generation")
+        ref = ((((current.get("spec") or {}).get("template") or {}).get("spec") or {}).get("nodeClassRef") or {})
+        nodeclass = self.cluster.nodeclass(str(ref.get("name", "")))
+        why = nodeclass_not_ready(nodeclass, str(ref.get("name", "")))
+        C.set_condition(status, "ValidationSucceeded", True, "ValidationSucceeded", generation=generation)
+        C.set_condition(status, "NodeClassReady", not why, "NodeClassReady" if not why else "NodeClassNotReady", why,
+                        generation=generation)
+        C.set_condition(status, "Ready", not why, "Ready" if not why else "NotReady", why, generation=generation)
+        if nodeclass is not None:
+            status["nodeClassObservedGeneration"] = nodeclass["metadata"].get("generation")
+        if status != before:
+            try:
+                self.client.patch(R.NODEPOOLS, name, {"status": status}, subresource="status")
+            except NotFoundError:
+                return Result()
+        for resource, value in resources.items():
+            M.NODEPOOLS_USAGE.labels(nodepool=name, resource_type=resource).set(value)
+        limits: dict[str, Any] = (current.get("spec") or {}).get("limits") or {}
+        try:
+            parsed = resources_from_dict(limits)
+        except QuantityError:
+            parsed = {}
+        for resource, value in parsed.items():
+            M.NODEPOOLS_LIMIT.labels(nodepool=name, resource_type=resource).set(value)
+        return Result(requeue_after=60.0)

@@ -1,0 +1,345 @@
+"""The provisioner: provisionable pods -> one scheduling simulation per batch -> NodeClaims created, pods nominated.
+
+The same input builder as `karpy simulate` (controller.provisioning.inputs) turns the cluster state into the
+scheduler's inputs, so the dry run and the controller decide the same way. Binding is left to kube-scheduler.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from controller import metrics as M
+from controller.api import labels as L
+from controller.api.quantity import QuantityError, resources_from_dict
+from controller.catalog.types import InstanceType
+from controller.cloud.provider import CloudProvider
+from controller.kube import resources as R
+from controller.kube.client import KubeClient
+from controller.kube.errors import KubeError
+from controller.kube.events import Recorder
+from controller.kube.informer import key_of
+from controller.provisioning import inputs
+from controller.provisioning.batcher import Batcher
+from controller.provisioning.nodeclaimtemplate import nodeclaim_manifest
+from controller.scheduling.pod import Pod
+from controller.scheduling.scheduler import Plan, Scheduler
+from controller.scheduling.types import ExistingNode, SchedNodePool
+from controller.state.cluster import Cluster, is_terminal, is_true, provider_id
+
+log = logging.getLogger("karpy.provisioner")
+CREATE_WORKERS = 8
+INSTANCE_TYPES_TTL = 60.0
+
+
+@dataclass
+class Results:
+    """What one scheduling pass decided and did."""
+
+    created: list[str] = field(default_factory=list)
+    nominated: dict[str, str] = field(default_factory=dict)  # pod key -> node or nodeclaim name
+    unschedulable: dict[str, str] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def nodeclass_not_ready(nodeclass: dict[str, Any] | None, ref_name: str) -> str:
+    """Why an EC2NodeClass cannot be launched from ("" when Ready)."""
+    if nodeclass is None:
+        return f'EC2NodeClass "{ref_name}" not found'
+    if (nodeclass.get("metadata") or {}).get("deletionTimestamp"):
+        return f'EC2NodeClass "{ref_name}" is being deleted'
+    if not is_true(nodeclass, "Ready"):
+        cond = next((c for c in (nodeclass.get("status") or {}).get("conditions") or []
+                     if c.get("type") == "Ready"), None)
+        why = (cond or {}).get("message") or "status not resolved yet"
+        return f'EC2NodeClass "{ref_name}" is not ready: {str(why)[:200]}'
+    return ""
+
+
+class Provisioner:
+    """Runs scheduling passes on batches of provisionable pods and creates the NodeClaims they need."""
+
+    def __init__(self, cluster: Cluster, client: KubeClient, cloud: CloudProvider, recorder: Recorder,
+                 batcher: Batcher | None = None, is_leader: Callable[[], bool] = lambda: True,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.cluster = cluster
+        self.client = client
+        self.cloud = cloud
+        self.recorder = recorder
+        self.batcher = batcher or Batcher()
+        self.is_leader = is_leader
+        self.clock = clock
+        self._types: dict[str, tuple[float, str, list[InstanceType]]] = {}  # nodeclass -> (at, rv, types)
+        self._pods: dict[tuple[str, str], Pod] = {}  # (uid, resourceVersion) -> converted pod, for bound pods
+
+    # ---- loop --------------------------------------------------------------------------------------------------
+    def trigger(self) -> None:
+        """Something changed that may need capacity: open or extend the batch window."""
+        self.batcher.trigger()
+
+    def on_pod(self, event: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+        """Pod informer handler: a provisionable pod opens a batch."""
+        from controller.state.cluster import is_provisionable
+
+        if new is not None and event != "DELETED" and is_provisionable(new):
+            self.trigger()
+
+    def run(self, stop: threading.Event) -> None:
+        """Wait for batches and schedule them, until stop; only the leader schedules."""
+        while not stop.is_set():
+            if not self.batcher.wait(stop):
+                return
+            if not self.is_leader():
+                continue
+            if not self.cluster.synced():
+                log.debug("waiting on cluster sync")
+                stop.wait(0.2)
+                self.trigger()
+                continue
+            try:
+                self.schedule()
+            except Exception:
+                log.exception("provisioning failed", extra={"controller": "provisioner"})
+                stop.wait(1.0)
+                self.trigger()
+
+    # ---- inputs ------------------------------------------------------------------------------------------------
+    def _instance_types(self, nodeclass: dict[str, Any]) -> list[InstanceType]:
+        name = nodeclass["metadata"]["name"]
+        rv = str(nodeclass["metadata"].get("resourceVersion", ""))
+        hit = self._types.get(name)
+        now = self.clock()
+        if hit is not None and hit[1] == rv and now - hit[0] < INSTANCE_TYPES_TTL:
+            return hit[2]
+        types = self.cloud.get_instance_types(nodeclass)
+        self._types[name] = (now, rv, types)
+        return types
+
+    def _pod(self, raw: dict[str, Any]) -> Pod:
+        meta = raw.get("metadata") or {}
+        key = (str(meta.get("uid", "")), str(meta.get("resourceVersion", "")))
+        pod = self._pods.get(key)
+        if pod is None:
+            pod = inputs.scheduling_pod(raw)
+            self._pods[key] = pod
+        return pod
+
+    def _usage(self, pool: str, types: list[InstanceType]) -> dict[str, int]:
+        """Resources a NodePool's NodeClaims hold: launched ones by capacity, unlaunched ones by their largest
+        instance-type option (pessimistic, so two batches cannot both spend the last of a limit)."""
+        by_name = {it.name: it for it in types}
+        used: dict[str, int] = {"nodes": 0}
+        for claim in self.cluster.nodeclaims_for_nodepool(pool):
+            used["nodes"] += 1
+            try:
+                capacity = resources_from_dict((claim.get("status") or {}).get("capacity"))
+            except QuantityError:
+                capacity = {}
+            if not capacity:
+                options = next((r.get("values") or [] for r in (claim.get("spec") or {}).get("requirements") or []
+                                if r.get("key") == L.INSTANCE_TYPE and r.get("operator") == "In"), [])
+                sized = [by_name[o].capacity for o in options if o in by_name]
+                for cap in sized:
+                    for k, v in cap.items():
+                        capacity[k] = max(capacity.get(k, 0), v)
+            for k, v in capacity.items():
+                used[k] = used.get(k, 0) + v
+        return used
+
+    def node_pools(self) -> tuple[list[SchedNodePool], dict[str, dict[str, Any]]]:
+        """NodePools as the scheduler sees them (with the reason a pool is not usable), and their manifests."""
+        pools, manifests = [], {}
+        for np_ in self.cluster.nodepools():
+            meta = np_.get("metadata") or {}
+            if meta.get("deletionTimestamp"):
+                continue
+            name = meta["name"]
+            if ((np_.get("spec") or {}).get("replicas")) is not None:
+                continue  # static NodePools are sized by their replicas, not by pending pods
+            ref = ((((np_.get("spec") or {}).get("template") or {}).get("spec") or {}).get("nodeClassRef") or {})
+            nodeclass = self.cluster.nodeclass(str(ref.get("name", "")))
+            not_ready = nodeclass_not_ready(nodeclass, str(ref.get("name", "")))
+            types: list[InstanceType] = []
+            if not not_ready and nodeclass is not None:
+                try:
+                    types = self._instance_types(nodeclass)
+                except Exception as e:  # a cloud error costs this pool this batch, not the others
+                    not_ready = f"listing instance types failed: {str(e)[:200]}"
+            try:
+                pools.append(inputs.node_pool(np_, types, self._usage(name, types), not_ready))
+                manifests[name] = np_
+            except inputs.InputError as e:
+                log.error("ignoring nodepool", extra={"NodePool": {"name": name}, "error": str(e)[:300]})
+        return pools, manifests
+
+    def existing_nodes(self) -> list[ExistingNode]:
+        """Nodes that may take pods, then NodeClaims in flight (launched or not, not yet registered)."""
+        out: list[ExistingNode] = []
+        registered: set[str] = set()
+        for node in self.cluster.nodes():
+            meta = node.get("metadata") or {}
+            if meta.get("deletionTimestamp"):
+                continue
+            claim = self.cluster.nodeclaim_for_node(node)
+            if claim is not None and (claim.get("metadata") or {}).get("deletionTimestamp"):
+                continue
+            if provider_id(node):
+                registered.add(provider_id(node))
+            pods = []
+            for raw in self.cluster.pods_on_node(meta["name"]):
+                if is_terminal(raw):
+                    continue
+                try:
+                    pods.append(self._pod(raw))
+                except inputs.InputError:
+                    continue  # a bound pod we cannot read still holds its place on the node's allocatable
+            try:
+                out.append(inputs.existing_node(node, pods, nodeclaim=claim))
+            except inputs.InputError as e:
+                log.debug("skipping node", extra={"Node": {"name": meta["name"]}, "error": str(e)[:200]})
+        for claim in self.cluster.nodeclaims():
+            meta = claim.get("metadata") or {}
+            if meta.get("deletionTimestamp") or (provider_id(claim) and provider_id(claim) in registered):
+                continue
+            if (claim.get("status") or {}).get("nodeName"):
+                continue
+            try:
+                allocatable = resources_from_dict((claim.get("status") or {}).get("allocatable"))
+            except QuantityError:
+                allocatable = {}
+            if not allocatable:
+                allocatable = self._expected_allocatable(claim)
+            try:
+                out.append(inputs.in_flight_node(claim, allocatable, []))
+            except inputs.InputError:
+                continue
+        return out
+
+    def _expected_allocatable(self, claim: dict[str, Any]) -> dict[str, int]:
+        """Before launch, the smallest allocatable among the NodeClaim's instance-type options."""
+        ref = ((claim.get("spec") or {}).get("nodeClassRef") or {}).get("name", "")
+        hit = self._types.get(str(ref))
+        options = next((r.get("values") or [] for r in (claim.get("spec") or {}).get("requirements") or []
+                        if r.get("key") == L.INSTANCE_TYPE and r.get("operator") == "In"), [])
+        if hit is None or not options:
+            try:
+                return resources_from_dict(((claim.get("spec") or {}).get("resources") or {}).get("requests"))
+            except QuantityError:
+                return {}
+        by_name = {it.name: it for it in hit[2]}
+        allocs = [by_name[o].allocatable for o in options if o in by_name]
+        if not allocs:
+            return {}
+        keys = set().union(*allocs)
+        return {k: min(a.get(k, 0) for a in allocs) for k in keys}
+
+    # ---- one pass ----------------------------------------------------------------------------------------------
+    def schedule(self) -> Results:
+        """One scheduling pass over the provisionable pods."""
+        started = time.perf_counter()
+        raw_pods = self.cluster.pending_pods()
+        M.SCHEDULER_QUEUE_DEPTH.labels(controller="provisioner").set(len(raw_pods))
+        results = Results()
+        if not raw_pods:
+            return results
+        pods: list[Pod] = []
+        raw_by_key: dict[str, dict[str, Any]] = {}
+        for raw in raw_pods:
+            raw_by_key[key_of(raw)] = raw
+            try:
+                pods.append(inputs.scheduling_pod(raw))
+            except inputs.InputError as e:
+                results.unschedulable[key_of(raw)] = str(e)[:300]
+                self.recorder.publish(raw, "Warning", "FailedScheduling", f"Failed to schedule pod, {str(e)[:300]}")
+        log.info("found provisionable pod(s)", extra={
+            "controller": "provisioner", "Pods": ", ".join(key_of(p) for p in raw_pods[:5])
+            + (f" and {len(raw_pods) - 5} other(s)" if len(raw_pods) > 5 else ""), "duration": "0s"})
+        pools, manifests = self.node_pools()
+        existing = self.existing_nodes()
+        daemonsets = []
+        for ds in self.cluster.daemonsets():
+            try:
+                daemonsets.append(inputs.daemonset_pod(ds))
+            except inputs.InputError:
+                continue
+        log.info("computing scheduling decision for provisionable pod(s)",
+                 extra={"controller": "provisioner", "pending-pods": len(pods), "nodepools": len(pools),
+                        "existing-nodes": len(existing)})
+        plan = Scheduler(pools, existing, daemonsets).solve(pods)
+        M.SCHEDULING_DURATION.labels(controller="provisioner").observe(time.perf_counter() - started)
+        self._act(plan, manifests, existing, raw_by_key, results)
+        log.info("computed new nodeclaim(s) to fit pod(s)", extra={
+            "controller": "provisioner", "nodeclaims": len(results.created),
+            "pods": sum(len(c.pods) for c in plan.node_claims)})
+        return results
+
+    def _act(self, plan: Plan, manifests: dict[str, dict[str, Any]], existing: list[ExistingNode],
+             raw_by_key: dict[str, dict[str, Any]], results: Results) -> None:
+        in_flight = {n.name for n in existing if n.in_flight}
+        for node_name, placed in plan.existing.items():
+            target = f"nodeclaim/{node_name}" if node_name in in_flight else f"node/{node_name}"
+            for p in placed:
+                results.nominated[p.key] = node_name
+                raw = raw_by_key.get(p.key)
+                if raw is not None:
+                    self.recorder.publish(raw, "Normal", "Nominated", f"Pod should schedule on: {target}")
+        for key, reason in plan.unschedulable.items():
+            results.unschedulable[key] = reason
+            raw = raw_by_key.get(key)
+            if raw is not None:
+                self.recorder.publish(raw, "Warning", "FailedScheduling",
+                                      f"Failed to schedule pod, {reason[:400]}")
+        claims = [c for c in plan.node_claims if c.instance_type is not None and c.node_pool in manifests]
+        for c in plan.node_claims:
+            if c not in claims:
+                for p in c.pods:
+                    results.unschedulable[p.key] = "no offering left for the planned node"
+        if not claims:
+            return
+
+        def create(planned: Any) -> tuple[Any, dict[str, Any] | None, str]:
+            requests: dict[str, int] = {}
+            for p in planned.pods:
+                for k, v in p.requests.items():
+                    requests[k] = requests.get(k, 0) + v
+            body = nodeclaim_manifest(manifests[planned.node_pool], planned.requirements,
+                                      planned.instance_type_options, requests)
+            try:
+                return planned, self.client.create(R.NODECLAIMS, body), ""
+            except KubeError as e:
+                return planned, None, str(e)[:300]
+
+        with ThreadPoolExecutor(max_workers=min(CREATE_WORKERS, len(claims))) as pool:
+            outcomes = list(pool.map(create, claims))
+        for planned, created, error in outcomes:
+            if created is None:
+                results.errors.append(error)
+                log.error("creating nodeclaim failed", extra={"controller": "provisioner",
+                                                              "NodePool": {"name": planned.node_pool},
+                                                              "error": error})
+                continue
+            name = created["metadata"]["name"]
+            self.cluster.mark_created(name)
+            results.created.append(name)
+            options = [it.name for it in planned.instance_type_options]
+            log.info("created nodeclaim", extra={
+                "controller": "provisioner", "NodePool": {"name": planned.node_pool}, "NodeClaim": {"name": name},
+                "requests": created["spec"].get("resources", {}).get("requests", {}),
+                "instance-types": ", ".join(options[:5]) + (f" and {len(options) - 5} other(s)"
+                                                            if len(options) > 5 else "")})
+            M.NODECLAIMS_CREATED.labels(reason="provisioning", nodepool=planned.node_pool,
+                                        capacity_type=planned.capacity_type or "").inc()
+            for p in planned.pods:
+                results.nominated[p.key] = name
+                raw = raw_by_key.get(p.key)
+                if raw is not None:
+                    self.recorder.publish(raw, "Normal", "Nominated", f"Pod should schedule on: nodeclaim/{name}")

@@ -1,0 +1,266 @@
+"""The in-memory cluster: informers for the objects Karpenter watches, with the indexes the controllers ask for.
+
+Objects are the API's JSON dicts (managed fields and unused pod status stripped), shared read-only: a controller
+copies before it changes anything. `synced()` is Karpenter's gate: nothing is decided until every informer has listed
+and every NodeClaim this process created is visible, so a batch never launches the same capacity twice.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+from controller.api import labels as L
+from controller.kube import resources as R
+from controller.kube.client import KubeClient
+from controller.kube.informer import Informer, key_of, strip_managed_fields
+
+Obj = dict[str, Any]
+
+# pod status fields the controllers read; the rest (container statuses, IPs) is dropped at the edge
+_POD_STATUS_KEYS = ("phase", "conditions", "nominatedNodeName", "startTime")
+
+
+def compact_pod(pod: Obj) -> Obj:
+    """A pod without managed fields and without the status parts no controller reads."""
+    out = strip_managed_fields(pod)
+    status = pod.get("status") or {}
+    out["status"] = {k: status[k] for k in _POD_STATUS_KEYS if k in status}
+    return out
+
+
+def provider_id(obj: Obj | None) -> str:
+    """A NodeClaim's status.providerID or a Node's spec.providerID ("" when not set)."""
+    if obj is None:
+        return ""
+    if obj.get("kind") == "Node" or "providerID" in (obj.get("spec") or {}):
+        return str((obj.get("spec") or {}).get("providerID") or "")
+    return str((obj.get("status") or {}).get("providerID") or "")
+
+
+def condition(obj: Obj | None, type_: str) -> Obj | None:
+    """The status condition of that type, if any."""
+    for c in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if isinstance(c, dict) and c.get("type") == type_:
+            return c
+    return None
+
+
+def is_true(obj: Obj | None, type_: str) -> bool:
+    """Whether the condition of that type is True."""
+    c = condition(obj, type_)
+    return c is not None and c.get("status") == "True"
+
+
+def owned_by_daemonset(pod: Obj) -> bool:
+    """Whether a DaemonSet controls the pod."""
+    return any(r.get("kind") == "DaemonSet" and r.get("controller")
+               for r in (pod.get("metadata") or {}).get("ownerReferences") or [] if isinstance(r, dict))
+
+
+def is_mirror(pod: Obj) -> bool:
+    """A static pod's mirror (managed by the kubelet, never evicted or provisioned for)."""
+    return "kubernetes.io/config.mirror" in ((pod.get("metadata") or {}).get("annotations") or {})
+
+
+def is_terminal(pod: Obj) -> bool:
+    """Succeeded or Failed."""
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
+def is_provisionable(pod: Obj) -> bool:
+    """Karpenter's provisionable pod: kube-scheduler marked it Unschedulable, unbound, not preempting, not terminal or
+    terminating, not a DaemonSet's or a mirror pod."""
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    if spec.get("nodeName") or meta.get("deletionTimestamp") or is_terminal(pod):
+        return False
+    if (pod.get("status") or {}).get("nominatedNodeName"):
+        return False
+    if owned_by_daemonset(pod) or is_mirror(pod):
+        return False
+    c = condition(pod, "PodScheduled")
+    return c is not None and c.get("status") == "False" and c.get("reason") == "Unschedulable"
+
+
+class Cluster:
+    """Informers for nodes, pods, NodeClaims, NodePools, EC2NodeClasses, DaemonSets and PDBs, plus indexes."""
+
+    def __init__(self, client: KubeClient, clock: Callable[[], float] = time.time) -> None:
+        self.client = client
+        self.clock = clock
+        self.nodes_informer = Informer(client, R.NODES, name="nodes")
+        self.pods_informer = Informer(client, R.PODS, transform=compact_pod, name="pods")
+        self.nodeclaims_informer = Informer(client, R.NODECLAIMS, name="nodeclaims")
+        self.nodepools_informer = Informer(client, R.NODEPOOLS, name="nodepools")
+        self.nodeclasses_informer = Informer(client, R.EC2NODECLASSES, name="ec2nodeclasses")
+        self.daemonsets_informer = Informer(client, R.DAEMONSETS, name="daemonsets")
+        self.pdbs_informer = Informer(client, R.PDBS, name="poddisruptionbudgets")
+        self._lock = threading.Lock()
+        self._pods_by_node: dict[str, set[str]] = defaultdict(set)
+        self._pod_node: dict[str, str] = {}
+        self._nodeclaim_by_pid: dict[str, str] = {}
+        self._node_by_pid: dict[str, str] = {}
+        self._created: dict[str, float] = {}  # NodeClaims this process created, until the informer shows them
+        self.pods_informer.add_handler(self._on_pod)
+        self.nodes_informer.add_handler(self._on_node)
+        self.nodeclaims_informer.add_handler(self._on_nodeclaim)
+
+    @property
+    def informers(self) -> list[Informer]:
+        """Every informer, in the order they should start."""
+        return [self.nodepools_informer, self.nodeclasses_informer, self.nodeclaims_informer, self.nodes_informer,
+                self.daemonsets_informer, self.pdbs_informer, self.pods_informer]
+
+    def start(self, stop: threading.Event) -> list[threading.Thread]:
+        """Start every informer's list+watch loop."""
+        return [i.start(stop) for i in self.informers]
+
+    def wait_synced(self, stop: threading.Event, timeout: float = 120.0) -> bool:
+        """Block until synced (or stop/timeout)."""
+        deadline = time.monotonic() + timeout
+        while not stop.is_set() and time.monotonic() < deadline:
+            if self.synced():
+                return True
+            stop.wait(0.05)
+        return self.synced()
+
+    # ---- index maintenance (informer threads) ------------------------------------------------------------------
+    def _on_pod(self, event: str, old: Obj | None, new: Obj | None) -> None:
+        obj = new if new is not None else old
+        if obj is None:
+            return
+        key = key_of(obj)
+        node = "" if event == "DELETED" or new is None else str((new.get("spec") or {}).get("nodeName") or "")
+        with self._lock:
+            prev = self._pod_node.pop(key, "")
+            if prev:
+                self._pods_by_node[prev].discard(key)
+                if not self._pods_by_node[prev]:
+                    del self._pods_by_node[prev]
+            if node:
+                self._pod_node[key] = node
+                self._pods_by_node[node].add(key)
+
+    def _on_node(self, event: str, old: Obj | None, new: Obj | None) -> None:
+        with self._lock:
+            if old is not None and provider_id(old):
+                self._node_by_pid.pop(provider_id(old), None)
+            if new is not None and event != "DELETED" and provider_id(new):
+                self._node_by_pid[provider_id(new)] = new["metadata"]["name"]
+
+    def _on_nodeclaim(self, event: str, old: Obj | None, new: Obj | None) -> None:
+        with self._lock:
+            if old is not None and provider_id(old):
+                self._nodeclaim_by_pid.pop(provider_id(old), None)
+            if new is not None and event != "DELETED":
+                name = new["metadata"]["name"]
+                self._created.pop(name, None)
+                if provider_id(new):
+                    self._nodeclaim_by_pid[provider_id(new)] = name
+
+    # ---- the synced gate ---------------------------------------------------------------------------------------
+    def mark_created(self, name: str) -> None:
+        """Remember a NodeClaim this process created: state is not synced until the informer shows it."""
+        with self._lock:
+            if self.nodeclaims_informer.get(name) is None:
+                self._created[name] = self.clock()
+
+    def synced(self) -> bool:
+        """Every informer has listed and every NodeClaim created here is visible (those older than a minute are
+        given up on: the informer relists and will say)."""
+        if not all(i.has_synced() for i in self.informers):
+            return False
+        with self._lock:
+            now = self.clock()
+            for name, at in list(self._created.items()):
+                if now - at > 60:
+                    del self._created[name]
+            return not self._created
+
+    # ---- reads -------------------------------------------------------------------------------------------------
+    def nodeclaim(self, name: str) -> Obj | None:
+        """The NodeClaim of that name."""
+        return self.nodeclaims_informer.get(name)
+
+    def node(self, name: str) -> Obj | None:
+        """The Node of that name."""
+        return self.nodes_informer.get(name)
+
+    def nodeclaims(self) -> list[Obj]:
+        """Every NodeClaim."""
+        return self.nodeclaims_informer.items()
+
+    def nodes(self) -> list[Obj]:
+        """Every Node."""
+        return self.nodes_informer.items()
+
+    def pods(self) -> list[Obj]:
+        """Every pod."""
+        return self.pods_informer.items()
+
+    def pod(self, key: str) -> Obj | None:
+        """The pod namespace/name."""
+        return self.pods_informer.get(key)
+
+    def nodeclaim_for_provider_id(self, pid: str) -> Obj | None:
+        """The NodeClaim whose status.providerID is pid."""
+        with self._lock:
+            name = self._nodeclaim_by_pid.get(pid)
+        return self.nodeclaims_informer.get(name) if name else None
+
+    def node_for_provider_id(self, pid: str) -> Obj | None:
+        """The Node whose spec.providerID is pid."""
+        with self._lock:
+            name = self._node_by_pid.get(pid)
+        return self.nodes_informer.get(name) if name else None
+
+    def nodeclaim_for_node(self, node: Obj) -> Obj | None:
+        """The NodeClaim behind a Node, by providerID."""
+        pid = provider_id(node)
+        return self.nodeclaim_for_provider_id(pid) if pid else None
+
+    def pods_on_node(self, node_name: str) -> list[Obj]:
+        """Pods bound to the node."""
+        with self._lock:
+            keys = list(self._pods_by_node.get(node_name, ()))
+        return [p for p in (self.pods_informer.get(k) for k in keys) if p is not None]
+
+    def pending_pods(self) -> list[Obj]:
+        """Provisionable pods, in a stable order."""
+        return sorted((p for p in self.pods_informer.items() if is_provisionable(p)), key=key_of)
+
+    def pdbs(self) -> list[Obj]:
+        """Every PodDisruptionBudget."""
+        return self.pdbs_informer.items()
+
+    def daemonsets(self) -> list[Obj]:
+        """Every DaemonSet."""
+        return self.daemonsets_informer.items()
+
+    def nodepools(self) -> list[Obj]:
+        """Every NodePool."""
+        return self.nodepools_informer.items()
+
+    def nodepool(self, name: str) -> Obj | None:
+        """The NodePool of that name."""
+        return self.nodepools_informer.get(name)
+
+    def nodeclasses(self) -> list[Obj]:
+        """Every EC2NodeClass."""
+        return self.nodeclasses_informer.items()
+
+    def nodeclass(self, name: str) -> Obj | None:
+        """The EC2NodeClass of that name."""
+        return self.nodeclasses_informer.get(name)
+
+    def nodeclaims_for_nodeclass(self, name: str) -> list[Obj]:
+        """NodeClaims whose nodeClassRef names this EC2NodeClass."""
+        return [c for c in self.nodeclaims() if ((c.get("spec") or {}).get("nodeClassRef") or {}).get("name") == name]
+
+    def nodeclaims_for_nodepool(self, name: str) -> list[Obj]:
+        """NodeClaims created from this NodePool (by the karpenter.sh/nodepool label)."""
+        return [c for c in self.nodeclaims() if ((c.get("metadata") or {}).get("labels") or {}).get(L.NODEPOOL) == name]
