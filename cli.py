@@ -208,6 +208,78 @@ def deploy(env: str) -> None:
     _run_cdk("deploy", env)
 
 
+def _setting_options(fn: Any) -> Any:
+    """A flag per controller setting, named after its environment variable (CLUSTER_NAME -> --cluster-name)."""
+    from controller.settings import SPECS, format_feature_gates
+
+    for spec in reversed(SPECS):
+        if spec.default in (None, "", ()):
+            shown = ""
+        elif spec.name == "FEATURE_GATES":
+            shown = f" [default: {format_feature_gates(spec.default)}]"
+        else:
+            shown = f" [default: {spec.show(spec.default)}]"
+        text = f"{spec.help} Env: {spec.name}.{shown}"
+        if spec.bool_flag:
+            fn = click.option(spec.option, spec.name, is_flag=True, flag_value="true", default=None, help=text)(fn)
+        else:
+            fn = click.option(spec.option, spec.name, default=None, metavar="VALUE", help=text)(fn)
+    return fn
+
+
+@main.command()
+@click.option("--check-config", is_flag=True, help="Print each resolved setting as NAME=value (source) and exit; "
+              "calls no AWS API.")
+@_setting_options
+def controller(check_config: bool, **flags: str | None) -> None:
+    """Run the autoscaler: Karpenter's controllers against the cluster of the in-cluster config or KUBECONFIG.
+
+    Settings come from flags, then Karpenter's environment variables, then the legacy ConfigMaps
+    karpenter-global-settings and config-logging in SYSTEM_NAMESPACE, then defaults. A missing or bad setting exits 2.
+
+    \b
+    Examples:
+      CLUSTER_NAME=prod karpy controller
+      karpy controller --cluster-name prod --check-config
+    """
+    import logging
+    import os
+
+    from controller.logs import silence_libraries
+    from controller.settings import SettingsError, describe, load, value_text
+
+    silence_libraries()  # stderr stays ours: one line per warning or error, never a library's
+    try:
+        settings, sources, warnings = load(os.environ, flags)
+    except SettingsError as e:
+        _fail(str(e), 2)
+    if check_config:
+        for line in warnings:
+            click.echo(f"warning: {line}", err=True)
+        click.echo("\n".join(describe(settings, sources)))
+        return
+    from controller.logs import configure
+
+    try:
+        configure(settings.log_level, settings.log_encoding, settings.log_output_paths,
+                  settings.log_error_output_paths)
+    except (OSError, ValueError) as e:
+        _fail(f"LOG_OUTPUT_PATHS: {' '.join(str(e).split())[:200]}", 2)
+    log = logging.getLogger("karpy")
+    for line in warnings:
+        log.warning(line)
+    for name, source in sources.items():
+        if source.startswith("configmap "):
+            log.info("using setting from ConfigMap", extra={
+                "setting": name, "value": value_text(settings, name),
+                "ConfigMap": {"name": source.removeprefix("configmap "), "namespace": settings.system_namespace}})
+    try:
+        from controller.main import run
+    except ImportError as e:
+        _fail(f"the controller runtime cannot be loaded ({e}); this build of karpy has no controller.main", 1)
+    sys.exit(run(settings, sources))
+
+
 def _run_cdk(action: str, env: str) -> None:
     from stacks.cli_support import MissingTool, run_cdk
 
