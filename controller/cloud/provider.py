@@ -21,6 +21,11 @@ class LaunchedNode:
     labels: dict[str, str] = field(default_factory=dict)
     capacity: dict[str, int] = field(default_factory=dict)
     allocatable: dict[str, int] = field(default_factory=dict)
+    # when the machine was launched (epoch seconds; None when the cloud does not say) and its cloud state
+    launch_time: float | None = None
+    state: str = ""
+    # the NodeClaim the machine was launched for (the karpenter.sh/nodeclaim tag), for garbage collection
+    nodeclaim: str = ""
 
 
 class CloudProvider(Protocol):

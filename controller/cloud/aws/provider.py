@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 from collections.abc import Callable
 from typing import Any
+
+from botocore.exceptions import ClientError
 
 from controller.api import labels as L
 from controller.api.models import ami_family
 from controller.catalog.types import InstanceType
 from controller.cloud.aws import instances
-from controller.cloud.aws.amis import resolve
-from controller.cloud.aws.discovery import discover_security_groups, discover_subnets, subnets_by_zone
-from controller.cloud.aws.errors import LaunchError, LaunchTemplateNotFoundError
+from controller.cloud.aws.amis import AMI, ARCHITECTURES, resolve
+from controller.cloud.aws.discovery import (
+    SecurityGroup,
+    Subnet,
+    discover_security_groups,
+    discover_subnets,
+    subnets_by_zone,
+)
+from controller.cloud.aws.errors import LaunchError, LaunchTemplateNotFoundError, NodeClaimNotFoundError
 from controller.cloud.aws.fleet import launch
 from controller.cloud.aws.instanceprofiles import InstanceProfiles
 from controller.cloud.aws.instancetypes import InstanceTypeProvider
@@ -28,6 +37,30 @@ from controller.cloud.aws.userdata import (
 from controller.cloud.provider import LaunchedNode
 
 DISCOVERY_TTL_SECONDS = 60.0
+NODECLAIM_TAG = "karpenter.sh/nodeclaim"
+
+
+def resolved_from_status(nodeclass: dict[str, Any]) -> tuple[dict[str, Subnet], list[SecurityGroup], list[AMI],
+                                                              str] | None:
+    """What the status controller resolved: per zone the first subnet of status.subnets (ordered by free IPs, most
+    first), the security groups, the AMIs by architecture and the instance profile; None unless all are there."""
+    status = nodeclass.get("status") or {}
+    profile = str(status.get("instanceProfile") or (nodeclass.get("spec") or {}).get("instanceProfile") or "")
+    subnets: dict[str, Subnet] = {}
+    for s in status.get("subnets") or []:
+        if s.get("id") and s.get("zone"):
+            subnets.setdefault(s["zone"], Subnet(s["id"], s["zone"], s.get("zoneID", ""), 0))
+    groups = [SecurityGroup(g["id"], g.get("name", "")) for g in status.get("securityGroups") or [] if g.get("id")]
+    amis: dict[str, AMI] = {}
+    for a in status.get("amis") or []:
+        for r in a.get("requirements") or []:
+            if r.get("key") == L.ARCH and r.get("operator") == "In":
+                for arch in r.get("values") or []:
+                    if arch in ARCHITECTURES.values():
+                        amis.setdefault(arch, AMI(a["id"], a.get("name", ""), arch, ""))
+    if not (subnets and groups and amis and profile):
+        return None
+    return subnets, groups, [amis[k] for k in sorted(amis)], profile
 
 
 class AWSCloudProvider:
@@ -63,7 +96,8 @@ class AWSCloudProvider:
                                         ami_family=family if family != "custom" else "al2023")
 
     def create(self, nodeclaim: dict[str, Any], nodeclass: dict[str, Any]) -> LaunchedNode:
-        """Resolve the node class, make or reuse launch templates, and launch through CreateFleet."""
+        """Make or reuse launch templates from the node class's resolved status (resolving here only when the status
+        is empty, as for `karpy simulate` and tests without the status controller), and launch through CreateFleet."""
         spec = nodeclass["spec"]
         name = nodeclass["metadata"]["name"]
         family = ami_family(spec)
@@ -71,13 +105,7 @@ class AWSCloudProvider:
         if render is None:
             raise LaunchError(f"EC2NodeClass {name}: user data for AMI family {family!r} is not implemented yet "
                               "(al2023, al2 and bottlerocket are)")
-        subnets = self._cached(f"subnets/{name}", lambda: subnets_by_zone(
-            discover_subnets(self.ec2, spec["subnetSelectorTerms"])))
-        groups = self._cached(f"sgs/{name}", lambda: discover_security_groups(
-            self.ec2, spec["securityGroupSelectorTerms"]))
-        amis = self._cached(f"amis/{name}", lambda: resolve(self.ec2, self.ssm, spec["amiSelectorTerms"],
-                                                             self.k8s_version))
-        profile = spec.get("instanceProfile") or self.profiles.ensure(name, spec["role"])
+        subnets, groups, amis, profile = self._resolved(nodeclass)
         labels = dict(nodeclaim["metadata"].get("labels") or {})
         node = NodeSettings(labels=labels, taints=list(nodeclaim["spec"].get("taints") or [])
                             + list(nodeclaim["spec"].get("startupTaints") or []), kubelet=spec.get("kubelet") or {})
@@ -114,7 +142,48 @@ class AWSCloudProvider:
                 self._templates.difference_update(names.values())
         raise AssertionError("unreachable")
 
-    def _describe(self, inst: instances.Instance, its: list[InstanceType] | None = None) -> LaunchedNode:
+    def _resolved(self, nodeclass: dict[str, Any]) -> tuple[dict[str, Subnet], list[SecurityGroup], list[AMI], str]:
+        """Subnets per zone, security groups, AMIs and the instance profile: from status when the status controller
+        has resolved them, else resolved here (cached for a minute)."""
+        spec = nodeclass["spec"]
+        name = nodeclass["metadata"]["name"]
+        from_status = resolved_from_status(nodeclass)
+        if from_status is not None:
+            return from_status
+        subnets = self._cached(f"subnets/{name}", lambda: subnets_by_zone(
+            discover_subnets(self.ec2, spec["subnetSelectorTerms"])))
+        groups = self._cached(f"sgs/{name}", lambda: discover_security_groups(
+            self.ec2, spec["securityGroupSelectorTerms"]))
+        amis = self._cached(f"amis/{name}", lambda: resolve(self.ec2, self.ssm, spec["amiSelectorTerms"],
+                                                             self.k8s_version))
+        profile = spec.get("instanceProfile") or self.profiles.ensure(name, spec["role"])
+        return subnets, groups, amis, profile
+
+    def delete_launch_templates(self, nodeclass: str) -> list[str]:
+        """Delete the launch templates tagged for this cluster and EC2NodeClass (the node class is going away);
+        returns their names."""
+        wanted = {"eks:eks-cluster-name": self.cluster.name, L.EC2NODECLASS: nodeclass}
+        names = []
+        paginator = self.ec2.get_paginator("describe_launch_templates")
+        for page in paginator.paginate(Filters=[{"Name": f"tag:{k}", "Values": [v]} for k, v in wanted.items()]):
+            for lt in page.get("LaunchTemplates", []):
+                tags = {t["Key"]: t["Value"] for t in lt.get("Tags", [])}
+                if all(tags.get(k) == v for k, v in wanted.items()):
+                    names.append(lt["LaunchTemplateName"])
+        for lt_name in names:
+            try:
+                self.ec2.delete_launch_template(LaunchTemplateName=lt_name)
+            except ClientError as e:
+                if e.response["Error"]["Code"] not in ("InvalidLaunchTemplateName.NotFoundException",
+                                                       "InvalidLaunchTemplateId.NotFound"):
+                    raise
+            self._templates.discard(lt_name)
+        for key in (f"subnets/{nodeclass}", f"sgs/{nodeclass}", f"amis/{nodeclass}"):
+            self._discovered.pop(key, None)
+        return names
+
+    def _describe(self, inst: instances.Instance, its: list[InstanceType] | None = None,
+                  launch_time: float | None = None) -> LaunchedNode:
         it = next((t for t in its or [] if t.name == inst.instance_type), None)
         labels = dict(it.labels) if it else {L.INSTANCE_TYPE: inst.instance_type}
         labels.update({L.ZONE: inst.zone, L.CAPACITY_TYPE: inst.capacity_type})
@@ -123,15 +192,40 @@ class AWSCloudProvider:
                 labels[key] = inst.tags[key]
         return LaunchedNode(provider_id=inst.provider_id, instance_type=inst.instance_type, zone=inst.zone,
                             capacity_type=inst.capacity_type, image_id=inst.image_id, labels=labels,
-                            capacity=dict(it.capacity) if it else {}, allocatable=it.allocatable if it else {})
+                            capacity=dict(it.capacity) if it else {}, allocatable=it.allocatable if it else {},
+                            launch_time=launch_time, state=inst.state, nodeclaim=inst.tags.get(NODECLAIM_TAG, ""))
+
+    def _describe_instances(self, **kwargs: Any) -> list[LaunchedNode]:
+        out = []
+        for page in self.ec2.get_paginator("describe_instances").paginate(**kwargs):
+            for r in page["Reservations"]:
+                for d in r["Instances"]:
+                    launched = d.get("LaunchTime")
+                    out.append(self._describe(instances.from_description(d), launch_time=launched.timestamp()
+                                              if isinstance(launched, dt.datetime) else None))
+        return out
 
     def get(self, provider_id: str) -> LaunchedNode:
-        """The machine behind a providerID."""
-        return self._describe(instances.get(self.ec2, provider_id))
+        """The live machine behind a providerID (NodeClaimNotFoundError when it is gone or terminated)."""
+        _, instance_id = instances.parse_provider_id(provider_id)
+        try:
+            found = self._describe_instances(InstanceIds=[instance_id])
+        except ClientError as e:
+            if e.response["Error"]["Code"] in ("InvalidInstanceID.NotFound", "InvalidInstanceID.Malformed"):
+                raise NodeClaimNotFoundError(f"instance {instance_id} not found") from None
+            raise
+        live = [n for n in found if n.state in instances.LIVE_STATES]
+        if not live:
+            raise NodeClaimNotFoundError(f"instance {instance_id} is terminated")
+        return live[0]
 
     def list(self) -> list[LaunchedNode]:
-        """Every live machine this cluster's karpy launched."""
-        return [self._describe(i) for i in instances.list_managed(self.ec2, self.cluster.name)]
+        """Every live machine of this cluster that Karpenter launched (owned by the cluster, tagged with a NodePool),
+        as Karpenter's garbage collection lists them."""
+        return self._describe_instances(Filters=[
+            {"Name": f"tag:kubernetes.io/cluster/{self.cluster.name}", "Values": ["owned"]},
+            {"Name": "tag-key", "Values": [L.NODEPOOL]},
+            {"Name": "instance-state-name", "Values": list(instances.LIVE_STATES)}])
 
     def delete(self, provider_id: str) -> None:
         """Terminate the machine."""
