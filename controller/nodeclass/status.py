@@ -1,0 +1,276 @@
+"""The EC2NodeClass status controller, as Karpenter's nodeclass controller: resolve subnets, security groups, AMIs and
+the instance profile into `status` with their conditions and Ready, refresh every minute; on delete, wait for the
+NodeClaims that use the class, then delete the instance profile karpy made and the class's launch templates.
+
+Launches read the resolved status (AWSCloudProvider.create), so EC2 and IAM are asked once a minute per class rather
+than once per launch. The `karpenter.k8s.aws/ec2nodeclass-hash` annotation is not written: controller.api has no
+EC2NodeClass hash function yet.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from controller.api import conditions as C
+from controller.api import labels as L
+from controller.cloud.aws.amis import AMI, alias_parameters, resolve
+from controller.cloud.aws.discovery import discover_security_groups, discover_subnets
+from controller.cloud.aws.instanceprofiles import profile_name
+from controller.kube import resources as R
+from controller.kube.client import KubeClient
+from controller.kube.errors import NotFoundError
+from controller.kube.events import Recorder
+from controller.kube.workqueue import Result
+from controller.state.cluster import Cluster
+
+log = logging.getLogger("karpy.nodeclass")
+
+TERMINATION_FINALIZER = "karpenter.k8s.aws/termination"
+SUBNETS_READY = "SubnetsReady"
+SECURITY_GROUPS_READY = "SecurityGroupsReady"
+AMIS_READY = "AMIsReady"
+INSTANCE_PROFILE_READY = "InstanceProfileReady"
+VALIDATION_SUCCEEDED = "ValidationSucceeded"
+READY = "Ready"
+DEPENDENTS = (AMIS_READY, SUBNETS_READY, SECURITY_GROUPS_READY, INSTANCE_PROFILE_READY, VALIDATION_SUCCEEDED)
+REFRESH_SECONDS = 60.0
+_MISSING_IMAGE_CODES = frozenset({"InvalidAMIID.NotFound", "InvalidAMIID.Malformed", "InvalidAMIID.Unavailable"})
+# IAM answers that no retry will change: the condition says so instead of the controller backing off
+_PERMANENT_IAM_CODES = frozenset({"NoSuchEntity", "ValidationError", "AccessDenied", "AccessDeniedException",
+                                  "InvalidInput", "MalformedPolicyDocument", "LimitExceeded"})
+
+
+@dataclass
+class _Outcome:
+    """One dependent's result: status fields to write, and its condition (ready, reason, message)."""
+
+    fields: dict[str, Any]
+    ready: bool
+    reason: str = ""
+    message: str = ""
+
+
+def pretty_names(names: list[str], limit: int = 5) -> str:
+    """Up to `limit` names, then how many more (Karpenter's PrettySlice)."""
+    shown = ", ".join(names[:limit])
+    return shown if len(names) <= limit else f"{shown} and {len(names) - limit} other(s)"
+
+
+def _compact(entry: dict[str, Any]) -> dict[str, Any]:
+    """Without empty strings: the apiserver (1.20) stores "" in a merge-patched custom resource as null."""
+    return {k: v for k, v in entry.items() if v != ""}
+
+
+def _ref(name: str) -> dict[str, Any]:
+    return {"EC2NodeClass": {"name": name}, "controller": "nodeclass"}
+
+
+class NodeClassController:
+    """Reconciles one EC2NodeClass by name: finalizer, resolved status and conditions, or cleanup on delete."""
+
+    def __init__(self, cluster: Cluster, client: KubeClient, provider: Any, recorder: Recorder, *,
+                 refresh_seconds: float = REFRESH_SECONDS, finalize_poll_seconds: float = 5.0,
+                 clock: Callable[[], float] = time.time) -> None:
+        """`provider` is the AWSCloudProvider: its EC2/SSM clients, instance profiles and Kubernetes version."""
+        self.cluster = cluster
+        self.client = client
+        self.provider = provider
+        self.recorder = recorder
+        self.refresh_seconds = refresh_seconds
+        # the class is re-checked this often while NodeClaims still use it (NodeClaim deletions do not enqueue it)
+        self.finalize_poll_seconds = finalize_poll_seconds
+        self.clock = clock
+
+    # ---- entry point -------------------------------------------------------------------------------------------
+    def reconcile(self, name: str) -> Result:
+        """One pass: finalize a deleted class, else add the finalizer and write the resolved status."""
+        try:
+            nodeclass = self.client.get(R.EC2NODECLASSES, name)
+        except NotFoundError:
+            return Result()
+        meta = nodeclass.get("metadata") or {}
+        if meta.get("deletionTimestamp"):
+            return self._finalize(nodeclass)
+        if TERMINATION_FINALIZER not in (meta.get("finalizers") or []):
+            try:
+                nodeclass = self.client.patch(R.EC2NODECLASSES, name, {"metadata": {
+                    "finalizers": [*(meta.get("finalizers") or []), TERMINATION_FINALIZER],
+                    "resourceVersion": meta.get("resourceVersion")}})
+            except NotFoundError:
+                return Result()
+        return self._resolve_status(nodeclass)
+
+    # ---- status ------------------------------------------------------------------------------------------------
+    def _resolve_status(self, nodeclass: dict[str, Any]) -> Result:
+        name = nodeclass["metadata"]["name"]
+        spec = nodeclass.get("spec") or {}
+        generation = nodeclass["metadata"].get("generation")
+        stored = nodeclass.get("status") or {}
+        status = copy.deepcopy(stored)
+        errors: list[BaseException] = []
+        outcomes: dict[str, _Outcome] = {}
+        for condition, step in ((AMIS_READY, self._amis), (SUBNETS_READY, self._subnets),
+                                (SECURITY_GROUPS_READY, self._security_groups),
+                                (INSTANCE_PROFILE_READY, self._instance_profile)):
+            try:
+                outcomes[condition] = step(name, spec)
+            except (ClientError, BotoCoreError) as e:  # a transient AWS error: keep what status has, back off
+                errors.append(e)
+                log.error("resolving %s failed", condition, extra={**_ref(name), "error": str(e)[:300]})
+        for condition, outcome in outcomes.items():
+            status.update(outcome.fields)
+            C.set_condition(status, condition, outcome.ready, outcome.reason or condition, outcome.message,
+                            generation=generation)
+        failed = [c for c in DEPENDENTS[:-1] if (C.get(status, c) or {}).get("status") == "False"]
+        if failed:
+            C.set_condition(status, VALIDATION_SUCCEEDED, False, "DependenciesNotReady",
+                            ", ".join(f"{c}=False" for c in failed), generation=generation)
+        elif all(C.is_true(status, c) for c in DEPENDENTS[:-1]):
+            C.set_condition(status, VALIDATION_SUCCEEDED, True, VALIDATION_SUCCEEDED, generation=generation)
+        self._set_ready(status, generation)
+        for k in [k for k, v in status.items() if v is None]:
+            if k not in stored:
+                del status[k]
+        if status != stored:
+            self._write_status(nodeclass, status)
+            ready = C.get(status, READY) or {}
+            if ready.get("status") != (C.get(stored, READY) or {}).get("status"):
+                log.info("nodeclass %s", "ready" if ready.get("status") == "True" else "not ready",
+                         extra={**_ref(name), "reason": ready.get("reason"), "message": ready.get("message")})
+        if errors:
+            raise errors[0]
+        return Result(requeue_after=self.refresh_seconds)
+
+    def _set_ready(self, status: dict[str, Any], generation: int | None) -> None:
+        """Ready is True when every dependent is; else False with the first failing dependent's reason and every
+        failing dependent's message, or Unknown while some are not resolved yet."""
+        conds = {c: C.get(status, c) or {} for c in DEPENDENTS}
+        false = [conds[c] for c in DEPENDENTS if conds[c].get("status") == "False"]
+        if false:
+            real = [c for c in false if c.get("reason") != "DependenciesNotReady"] or false
+            C.set_condition(status, READY, False, str(real[0].get("reason") or "UnhealthyDependents"),
+                            "; ".join(str(c.get("message") or f"{c.get('type')}=False") for c in real),
+                            generation=generation)
+        elif all(conds[c].get("status") == "True" for c in DEPENDENTS):
+            C.set_condition(status, READY, True, READY, generation=generation)
+        else:
+            C.set_condition(status, READY, None, "AwaitingReconciliation",
+                            "object is awaiting reconciliation", generation=generation)
+
+    def _write_status(self, nodeclass: dict[str, Any], status: dict[str, Any]) -> None:
+        name = nodeclass["metadata"]["name"]
+        body: dict[str, Any] = {"metadata": {"resourceVersion": nodeclass["metadata"].get("resourceVersion")},
+                                "status": status}
+        for k in (nodeclass.get("status") or {}):  # merge patch: null removes a field the status no longer has
+            if k not in status:
+                body["status"][k] = None
+        try:
+            self.client.patch(R.EC2NODECLASSES, name, body, subresource="status")
+        except NotFoundError:
+            return
+
+    def _subnets(self, name: str, spec: dict[str, Any]) -> _Outcome:
+        subnets = discover_subnets(self.provider.ec2, spec.get("subnetSelectorTerms") or [])
+        if not subnets:
+            return _Outcome({"subnets": None}, False, "SubnetsNotFound", "SubnetSelector did not match any Subnets")
+        # most free IP addresses first (ties by id): launches take, per zone, the first subnet of the list
+        ordered = sorted(subnets, key=lambda s: (-s.available_ips, s.id))
+        return _Outcome({"subnets": [_compact({"id": s.id, "zone": s.zone, "zoneID": s.zone_id}) for s in ordered]},
+                        True)
+
+    def _security_groups(self, name: str, spec: dict[str, Any]) -> _Outcome:
+        terms = spec.get("securityGroupSelectorTerms") or []
+        groups = discover_security_groups(self.provider.ec2, terms)
+        if not groups and terms:
+            return _Outcome({"securityGroups": None}, False, "SecurityGroupsNotFound",
+                            "SecurityGroupSelector did not match any SecurityGroups")
+        return _Outcome({"securityGroups": [_compact({"id": g.id, "name": g.name}) for g in groups]}, True)
+
+    def _amis(self, name: str, spec: dict[str, Any]) -> _Outcome:
+        terms = spec.get("amiSelectorTerms") or []
+        for term in terms:
+            if term.get("alias"):
+                try:
+                    alias_parameters(term["alias"], self.provider.k8s_version)
+                except ValueError as e:
+                    return _Outcome({}, False, "UnsupportedAlias", str(e))
+        amis = self._resolve_amis(terms)
+        if not amis:
+            return _Outcome({"amis": None}, False, "AMINotFound", "AMISelector did not match any AMIs")
+        return _Outcome({"amis": [_compact({"id": a.id, "name": a.name, "requirements": [
+            {"key": L.ARCH, "operator": "In", "values": [a.architecture]}]}) for a in amis]}, True)
+
+    def _resolve_amis(self, terms: list[dict[str, Any]]) -> list[AMI]:
+        """The newest AMI per architecture the terms select; an image id that does not exist selects nothing (EC2
+        refuses the whole DescribeImages call for it, so the terms are then resolved one by one)."""
+        try:
+            return resolve(self.provider.ec2, self.provider.ssm, terms, self.provider.k8s_version)
+        except ValueError:
+            return []
+        except ClientError as e:
+            if e.response.get("Error", {}).get("Code") not in _MISSING_IMAGE_CODES:
+                raise
+        best: dict[str, AMI] = {}
+        for term in terms:
+            try:
+                found = resolve(self.provider.ec2, self.provider.ssm, [term], self.provider.k8s_version)
+            except ValueError:
+                continue
+            except ClientError as e:
+                if e.response.get("Error", {}).get("Code") in _MISSING_IMAGE_CODES:
+                    continue
+                raise
+            for a in found:
+                if a.architecture not in best or (a.creation_date, a.id) > (best[a.architecture].creation_date,
+                                                                             best[a.architecture].id):
+                    best[a.architecture] = a
+        return [best[k] for k in sorted(best)]
+
+    def _instance_profile(self, name: str, spec: dict[str, Any]) -> _Outcome:
+        if spec.get("instanceProfile"):
+            return _Outcome({"instanceProfile": spec["instanceProfile"]}, True)
+        role = str(spec.get("role") or "")
+        if not role:
+            return _Outcome({"instanceProfile": None}, False, "InstanceProfileNotFound",
+                            "neither role nor instanceProfile is set")
+        try:
+            profile = self.provider.profiles.ensure(name, role)
+        except ClientError as e:
+            if e.response.get("Error", {}).get("Code") not in _PERMANENT_IAM_CODES:
+                raise
+            return _Outcome({}, False, "InstanceProfileCreationFailed",
+                            f"creating instance profile for role {role}: {str(e)[:300]}")
+        return _Outcome({"instanceProfile": profile}, True)
+
+    # ---- deletion ----------------------------------------------------------------------------------------------
+    def _finalize(self, nodeclass: dict[str, Any]) -> Result:
+        meta = nodeclass["metadata"]
+        name = meta["name"]
+        finalizers = list(meta.get("finalizers") or [])
+        if TERMINATION_FINALIZER not in finalizers:
+            return Result()
+        claims = sorted(c["metadata"]["name"] for c in self.cluster.nodeclaims_for_nodeclass(name))
+        if claims:
+            self.recorder.publish(nodeclass, "Normal", "WaitingOnNodeClaimTermination",
+                                  f"Waiting on NodeClaim termination for {pretty_names(claims)}")
+            return Result(requeue_after=self.finalize_poll_seconds)
+        spec = nodeclass.get("spec") or {}
+        managed = profile_name(self.provider.cluster.name, self.provider.region, name)
+        if spec.get("instanceProfile") != managed:  # never delete a profile the user brought, even by that name
+            self.provider.profiles.delete(name)
+        deleted = self.provider.delete_launch_templates(name)
+        if deleted:
+            log.info("deleted launch templates", extra={**_ref(name), "launchTemplates": pretty_names(deleted)})
+        finalizers.remove(TERMINATION_FINALIZER)
+        with contextlib.suppress(NotFoundError):
+            self.client.patch(R.EC2NODECLASSES, name, {"metadata": {
+                "finalizers": finalizers, "resourceVersion": meta.get("resourceVersion")}})
+        return Result()
