@@ -1,18 +1,36 @@
 """The interruption queue consumer: long-polls SQS, parses each message, hands typed events to a handler, deletes.
 
-Bad messages (not JSON, unknown or foreign events) are logged, counted and deleted: they never stop the loop. A handler
-that raises leaves its message on the queue, so SQS redelivers it after the visibility timeout.
+Every message is dealt with on its own: a bad one (not JSON, foreign or unknown event, unparsable for any reason) is
+logged, counted and deleted; a handler that raises leaves only its own message on the queue, so SQS redelivers it
+after the visibility timeout; a failed batch delete falls back to deleting message by message. Nothing one message
+does costs the rest of its batch.
+
+Counts use Karpenter's message types (a bounded set): received per type, deleted, and the time a handled message
+spent on the queue; into controller.metrics when that module is there, and always into `metrics` here.
 """
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import logging
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from controller.interruption.messages import Event, MessageError, parse_message
+from controller.interruption.messages import (
+    STOPPING_STATES,
+    CapacityReservationInterruption,
+    Event,
+    MessageError,
+    RebalanceRecommendation,
+    ScheduledChange,
+    SpotInterruption,
+    StateChange,
+    parse_message,
+)
 
 log = logging.getLogger("karpy.interruption")
 
@@ -20,60 +38,163 @@ RECEIVED = "karpenter_interruption_received_messages_total"
 DELETED = "karpenter_interruption_deleted_messages_total"
 FAILED = "karpy_interruption_handler_errors_total"
 
+# Karpenter's message kinds (the message_type label), plus "unknown" for messages that are no interruption event
+SPOT_INTERRUPTED = "spot_interrupted"
+REBALANCE_RECOMMENDATION = "rebalance_recommendation"
+SCHEDULED_CHANGE = "scheduled_change"
+INSTANCE_STOPPED = "instance_stopped"
+INSTANCE_TERMINATED = "instance_terminated"
+CAPACITY_RESERVATION_INTERRUPTED = "capacity_reservation_interrupted"
+NO_OP = "no_op"
+UNKNOWN = "unknown"
+MESSAGE_TYPES = (SPOT_INTERRUPTED, REBALANCE_RECOMMENDATION, SCHEDULED_CHANGE, INSTANCE_STOPPED, INSTANCE_TERMINATED,
+                 CAPACITY_RESERVATION_INTERRUPTED, NO_OP, UNKNOWN)
+
+try:  # metrics are best effort until the metrics module is there
+    _metrics: Any = importlib.import_module("controller.metrics")
+except ImportError:  # pragma: no cover - depends on the tree
+    _metrics = None
+
+
+def message_type(event: Event | None) -> str:
+    """Karpenter's kind of a typed event (None: not an interruption event); always one of MESSAGE_TYPES."""
+    if event is None:
+        return UNKNOWN
+    if isinstance(event, SpotInterruption):
+        return SPOT_INTERRUPTED
+    if isinstance(event, RebalanceRecommendation):
+        return REBALANCE_RECOMMENDATION
+    if isinstance(event, ScheduledChange):
+        return SCHEDULED_CHANGE
+    if isinstance(event, CapacityReservationInterruption):
+        return CAPACITY_RESERVATION_INTERRUPTED
+    if isinstance(event, StateChange):
+        state = event.state.lower()
+        if state not in STOPPING_STATES:
+            return NO_OP  # pending, running: nothing Karpenter acts on
+        return INSTANCE_STOPPED if state in ("stopping", "stopped") else INSTANCE_TERMINATED
+    return NO_OP
+
+
+def _metric(name: str) -> Any:
+    return getattr(_metrics, name, None) if _metrics is not None else None
+
+
+def _inc(name: str, **labels: str) -> None:
+    metric = _metric(name)
+    if metric is None:
+        return
+    try:
+        names = tuple(getattr(metric, "_labelnames", ()) or ())
+        (metric.labels(**{n: labels.get(n, "") for n in names}) if names else metric).inc()
+    except Exception:  # a metric is never worth a lost message
+        log.debug("counting %s failed", name, exc_info=True)
+
+
+def _observe(name: str, value: float, **labels: str) -> None:
+    metric = _metric(name)
+    if metric is None:
+        return
+    try:
+        names = tuple(getattr(metric, "_labelnames", ()) or ())
+        (metric.labels(**{n: labels.get(n, "") for n in names}) if names else metric).observe(value)
+    except Exception:
+        log.debug("observing %s failed", name, exc_info=True)
+
 
 class InterruptionQueue:
     """Consumes Karpenter's interruption queue."""
 
     def __init__(self, sqs: Any, queue_url: str, handler: Callable[[Event], None], wait_seconds: int = 20,
-                 visibility_timeout: int | None = None) -> None:
+                 visibility_timeout: int | None = None, clock: Callable[[], float] = time.time) -> None:
         self.sqs = sqs
         self.queue_url = queue_url
         self.handler = handler
         self.wait_seconds = wait_seconds
         self.visibility_timeout = visibility_timeout
-        # metric name -> {label value -> count}; label is the message type, as Karpenter's metrics are
+        self.clock = clock
+        # metric name -> {message type -> count}; the label is the message type, as Karpenter's metrics are
         self.metrics: dict[str, Counter[str]] = {RECEIVED: Counter(), DELETED: Counter(), FAILED: Counter()}
 
-    def poll_once(self) -> int:
-        """Receive up to 10 messages, handle them, delete the handled and the malformed; returns messages received."""
+    def poll_once(self, proceed: Callable[[], bool] | None = None) -> int:
+        """Receive up to 10 messages, handle them, delete the handled and the malformed; returns messages received.
+
+        `proceed` is asked after the receive: when it says no (no longer the leader, shutting down) nothing is
+        handled or deleted, and the messages come back after their visibility timeout."""
         kwargs: dict[str, Any] = {"QueueUrl": self.queue_url, "MaxNumberOfMessages": 10,
-                                  "WaitTimeSeconds": self.wait_seconds}
+                                  "WaitTimeSeconds": self.wait_seconds, "AttributeNames": ["SentTimestamp"]}
         if self.visibility_timeout is not None:
             kwargs["VisibilityTimeout"] = self.visibility_timeout
         messages = self.sqs.receive_message(**kwargs).get("Messages", [])
-        done = []
+        if not messages or (proceed is not None and not proceed()):
+            return len(messages)
+        done: list[tuple[str, dict[str, Any]]] = []
         for m in messages:
-            try:
-                event = parse_message(m.get("Body", ""))
-            except MessageError as e:
-                log.warning("dropping interruption message %s: %s", m.get("MessageId"), e)
-                self.metrics[RECEIVED]["unknown"] += 1
-                done.append(("unknown", m))
-                continue
-            self.metrics[RECEIVED][event.kind] += 1
-            try:
-                self.handler(event)
-            except Exception:
-                log.exception("handling %s for %s failed; the message stays for redelivery", event.kind,
-                              ",".join(event.instance_ids))
-                self.metrics[FAILED][event.kind] += 1
-                continue
-            done.append((event.kind, m))
+            kind = self._handle(m)
+            if kind is not None:
+                done.append((kind, m))
+        self._delete(done)
+        return len(messages)
+
+    def _handle(self, m: dict[str, Any]) -> str | None:
+        """The message's type when it is to be deleted (handled, or bad); None when it stays for redelivery."""
+        try:
+            event = parse_message(m.get("Body", ""))
+        except Exception as e:  # MessageError, or anything a malformed body provokes: never the batch's problem
+            reason = str(e) if isinstance(e, MessageError) else f"{type(e).__name__}: {e}"
+            log.warning("dropping interruption message", extra={"controller": "interruption",
+                                                                "message-id": m.get("MessageId"),
+                                                                "error": reason[:300]})
+            self.metrics[RECEIVED][UNKNOWN] += 1
+            _inc("INTERRUPTION_RECEIVED", message_type=UNKNOWN)
+            return UNKNOWN
+        kind = message_type(event)
+        self.metrics[RECEIVED][kind] += 1
+        _inc("INTERRUPTION_RECEIVED", message_type=kind)
+        try:
+            self.handler(event)
+        except Exception as e:
+            log.error("handling interruption message failed; it stays for redelivery", extra={
+                "controller": "interruption", "messageKind": kind, "message-id": m.get("MessageId"),
+                "instance-ids": ",".join(event.instance_ids)[:300], "error": str(e)[:300]}, exc_info=True)
+            self.metrics[FAILED][kind] += 1
+            return None
+        sent = (m.get("Attributes") or {}).get("SentTimestamp")
+        if sent:
+            with contextlib.suppress(ValueError):
+                _observe("INTERRUPTION_MESSAGE_QUEUE_DURATION", max(0.0, self.clock() - int(sent) / 1000.0),
+                         message_type=kind)
+        return kind
+
+    def _delete(self, done: list[tuple[str, dict[str, Any]]]) -> None:
+        """Delete in batches of 10; a batch call that fails is retried message by message."""
+        done = [(k, m) for k, m in done if m.get("ReceiptHandle")]
         for start in range(0, len(done), 10):
             batch = done[start:start + 10]
-            resp = self.sqs.delete_message_batch(QueueUrl=self.queue_url, Entries=[
-                {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, (_, m) in enumerate(batch)])
-            failed = {f["Id"] for f in resp.get("Failed", [])}
-            for i, (kind, _) in enumerate(batch):
-                if str(i) not in failed:
-                    self.metrics[DELETED][kind] += 1
-        return len(messages)
+            try:
+                resp = self.sqs.delete_message_batch(QueueUrl=self.queue_url, Entries=[
+                    {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, (_, m) in enumerate(batch)])
+                failed = {f["Id"] for f in resp.get("Failed", [])}
+            except Exception as e:
+                log.warning("deleting interruption messages in a batch failed; deleting one by one",
+                            extra={"controller": "interruption", "error": str(e)[:300]})
+                failed = {str(i) for i in range(len(batch))}
+            for i, (kind, m) in enumerate(batch):
+                if str(i) in failed:
+                    try:
+                        self.sqs.delete_message(QueueUrl=self.queue_url, ReceiptHandle=m["ReceiptHandle"])
+                    except Exception as e:
+                        log.error("deleting interruption message failed", extra={
+                            "controller": "interruption", "message-id": m.get("MessageId"), "error": str(e)[:300]})
+                        continue
+                self.metrics[DELETED][kind] += 1
+                _inc("INTERRUPTION_DELETED", message_type=kind)
 
     def run(self, stop: threading.Event) -> None:
         """Poll until stop is set; an error talking to SQS is logged and retried after a pause."""
         while not stop.is_set():
             try:
-                self.poll_once()
+                self.poll_once(proceed=lambda: not stop.is_set())
             except Exception:
                 log.exception("polling the interruption queue failed; retrying")
                 stop.wait(5)
