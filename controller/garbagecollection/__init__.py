@@ -1,0 +1,1 @@
+"""Garbage collection of instances without NodeClaims and NodeClaims without instances."""
