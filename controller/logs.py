@@ -130,7 +130,7 @@ class JSONFormatter(logging.Formatter):
                                "logger": logger_name(record.name), "message": record.getMessage()}
         for key, value in record_fields(record, self.debug, self.commit).items():
             out.setdefault(key, value)
-        return json.dumps(out, default=str, ensure_ascii=False)
+        return json.dumps(out, default=str, ensure_ascii=False, separators=(",", ":"))
 
 
 class ConsoleFormatter(logging.Formatter):
@@ -148,7 +148,7 @@ class ConsoleFormatter(logging.Formatter):
         parts = [_time(record), LEVEL_NAMES.get(record.levelno, record.levelname), logger_name(record.name),
                  " ".join(record.getMessage().splitlines())]
         if fields:
-            parts.append(json.dumps(fields, default=str, ensure_ascii=False))
+            parts.append(json.dumps(fields, default=str, ensure_ascii=False, separators=(",", ":")))
         line = "\t".join(parts)
         return f"{line}\n{stack}" if stack else line
 
@@ -237,6 +237,14 @@ def configure(level: str, encoding: str = "json", output_paths: Sequence[str] = 
         logging.getLogger(name).setLevel(logging.WARNING)
     logging.captureWarnings(True)  # Python warnings become WARN lines in the same encoding
     logging.raiseExceptions = False  # a broken output must never stop a controller loop
+
+
+def reset() -> None:
+    """Undo `configure`: our handlers removed and closed, levels back to Python's defaults."""
+    _remove_ours(logging.getLogger())
+    _remove_ours(logging.getLogger(ROOT_LOGGER))
+    logging.getLogger(ROOT_LOGGER).setLevel(logging.NOTSET)
+    logging.captureWarnings(False)
 
 
 def silence_libraries() -> None:

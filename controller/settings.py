@@ -607,15 +607,22 @@ def _given(values: Mapping[str, str | None], name: str) -> str | None:
     return str(value)
 
 
-def _aws_config_region() -> str | None:
-    """The region of the shared AWS config file (profile AWS_PROFILE or default), without any network call."""
-    try:
-        import botocore.session
+def _aws_config_region(env: Mapping[str, str]) -> str | None:
+    """The region of the shared AWS config file (AWS_CONFIG_FILE, else ~/.aws/config; profile AWS_PROFILE, else
+    default), as boto3 would read it; no network call."""
+    import configparser
 
-        region = botocore.session.get_session().get_config_variable("region")
-    except Exception:  # a broken AWS config is boto3's to report when clients are made
+    path = _given(env, "AWS_CONFIG_FILE") or os.path.join(_given(env, "HOME") or os.path.expanduser("~"), ".aws",
+                                                          "config")
+    profile = _given(env, "AWS_PROFILE") or "default"
+    parser = configparser.RawConfigParser()
+    try:
+        parser.read(os.path.expanduser(path))
+    except configparser.Error:  # a broken AWS config is boto3's to report when clients are made
         return None
-    return str(region) if region else None
+    section = "default" if profile == "default" else f"profile {profile}"
+    region = parser.get(section, "region", fallback=None) if parser.has_section(section) else None
+    return region.strip() if region and region.strip() else None
 
 
 def resolve(env: Mapping[str, str], flags: Mapping[str, str | None],
@@ -647,9 +654,9 @@ def resolve(env: Mapping[str, str], flags: Mapping[str, str | None],
             if spec.name == "LEADER_ELECTION_NAMESPACE":
                 value = None  # filled from SYSTEM_NAMESPACE below
             elif spec.name == "AWS_REGION":
-                region = _aws_config_region()
+                region = _aws_config_region(env)
                 if region:
-                    value, source = region, "aws config"
+                    value, source = region, "aws config file"
         else:
             try:
                 value = spec.parse(raw)
