@@ -577,24 +577,29 @@ def read_legacy_configmaps(namespace: str, kubeconfig: str | None,
     except (ConfigException, OSError, ValueError, TypeError) as e:
         return None, [f"no cluster configuration ({_reason(e)}): {fallback}"]
     cfg.retries = False
-    for name in ("urllib3", "kubernetes"):
-        logging.getLogger(name).setLevel(logging.CRITICAL if logging.getLogger(name).level < logging.ERROR
-                                         else logging.getLogger(name).level)
+    # the read is quiet: urllib3's retry and TLS chatter must not reach a one-line stderr (levels restored after)
+    quiet = {name: logging.getLogger(name).level for name in ("urllib3", "kubernetes")}
     data: dict[str, dict[str, str] | None] = {}
     warnings: list[str] = []
-    with pywarnings.catch_warnings(), client.ApiClient(cfg) as api:
-        pywarnings.simplefilter("ignore")
-        core = client.CoreV1Api(api)
-        for name in (GLOBAL_SETTINGS, CONFIG_LOGGING):
-            try:
-                cm = core.read_namespaced_config_map(name, namespace, _request_timeout=(timeout, timeout))
-                data[name] = {str(k): str(v) for k, v in (cm.data or {}).items()}
-            except client.ApiException as e:
-                data[name] = None
-                if e.status != 404:
-                    warnings.append(f"ConfigMap {namespace}/{name} not read ({e.status} {e.reason}); ignored")
-            except Exception as e:  # connection refused, DNS, TLS, timeouts: no cluster to read from
-                return None, [f"no cluster reachable at {cfg.host} ({_reason(e)}): {fallback}"]
+    try:
+        for name in quiet:
+            logging.getLogger(name).setLevel(logging.CRITICAL + 1)
+        with pywarnings.catch_warnings(), client.ApiClient(cfg) as api:
+            pywarnings.simplefilter("ignore")
+            core = client.CoreV1Api(api)
+            for name in (GLOBAL_SETTINGS, CONFIG_LOGGING):
+                try:
+                    cm = core.read_namespaced_config_map(name, namespace, _request_timeout=(timeout, timeout))
+                    data[name] = {str(k): str(v) for k, v in (cm.data or {}).items()}
+                except client.ApiException as e:
+                    data[name] = None
+                    if e.status != 404:
+                        warnings.append(f"ConfigMap {namespace}/{name} not read ({e.status} {e.reason}); ignored")
+                except Exception as e:  # connection refused, DNS, TLS, timeouts: no cluster to read from
+                    return None, [f"no cluster reachable at {cfg.host} ({_reason(e)}): {fallback}"]
+    finally:
+        for name, level in quiet.items():
+            logging.getLogger(name).setLevel(level)
     legacy, parse_warnings = parse_legacy_configmaps(namespace, data.get(GLOBAL_SETTINGS), data.get(CONFIG_LOGGING))
     return legacy, warnings + parse_warnings
 

@@ -5,6 +5,7 @@ errors naming the setting, feature gates, Go durations, the legacy ConfigMaps' k
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -329,7 +330,9 @@ def _unreachable_kubeconfig(tmp_path: Path) -> str:
 
 def test_no_reachable_cluster_is_none_and_one_warning(tmp_path, monkeypatch):
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    urllib3_level = logging.getLogger("urllib3").level
     legacy, warnings = read_legacy_configmaps("kube-system", _unreachable_kubeconfig(tmp_path), timeout=1.0)
+    assert logging.getLogger("urllib3").level == urllib3_level  # quiet only while reading
     assert legacy is None and len(warnings) == 1
     assert "env" in warnings[0] and "127.0.0.1:1" in warnings[0] and "\n" not in warnings[0]
     legacy, warnings = read_legacy_configmaps("kube-system", str(tmp_path / "missing"), timeout=1.0)
