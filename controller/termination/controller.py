@@ -1,0 +1,537 @@
+"""Termination of NodeClaims and their Nodes, as Karpenter does it: taint the node karpenter.sh/disrupted:NoSchedule,
+drain it through the Eviction API tier by tier (PDBs honoured, do-not-disrupt pods waited on, everything deleted at
+the terminationGracePeriod deadline), wait for volumes to detach, terminate the instance, then drop the finalizers.
+
+Every pass starts from fresh reads of the NodeClaim and the Node and only moves forward, so a crash anywhere and a
+rerun continue where the last pass stopped; NodeClaim conditions are written once per pass to the status subresource.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import importlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from controller.api import labels as L
+from controller.cloud.aws.errors import NodeClaimNotFoundError
+from controller.cloud.provider import CloudProvider
+from controller.kube import resources as R
+from controller.kube.client import KubeClient
+from controller.kube.errors import ConflictError, InvalidError, KubeError, NotFoundError, TooManyRequestsError
+from controller.kube.events import Recorder
+from controller.kube.workqueue import Result
+from controller.state.cluster import Cluster
+from controller.termination import drain as D
+
+log = logging.getLogger("karpy.termination")
+
+try:  # the metrics module may not be there (yet): counting is best effort
+    _metrics: Any = importlib.import_module("controller.metrics")
+except ImportError:  # pragma: no cover - depends on the tree
+    _metrics = None
+
+Obj = dict[str, Any]
+
+DRAINED = "Drained"
+VOLUMES_DETACHED = "VolumesDetached"
+INSTANCE_TERMINATING = "InstanceTerminating"
+DISRUPTION_REASON = "DisruptionReason"
+MULTIPLE_PDBS = "This pod has more than one PodDisruptionBudget"
+RECENT_ACTION = 10.0  # seconds a pod we evicted or deleted is not acted on again while the cache catches up
+_LOCK_STRIPES = 64
+
+
+def _count(name: str, **labels: str) -> None:
+    """Increment a counter of controller.metrics by its constant name, with the labels it declares."""
+    metric = getattr(_metrics, name, None) if _metrics is not None else None
+    if metric is None:
+        return
+    try:
+        names = tuple(getattr(metric, "_labelnames", ()) or ())
+        (metric.labels(**{n: labels.get(n, "") for n in names}) if names else metric).inc()
+    except Exception:  # a metric is never worth a failed reconcile
+        log.debug("counting %s failed", name, exc_info=True)
+
+
+def _observe(name: str, value: float, **labels: str) -> None:
+    """Observe a histogram of controller.metrics by its constant name, with the labels it declares."""
+    metric = getattr(_metrics, name, None) if _metrics is not None else None
+    if metric is None:
+        return
+    try:
+        names = tuple(getattr(metric, "_labelnames", ()) or ())
+        (metric.labels(**{n: labels.get(n, "") for n in names}) if names else metric).observe(max(value, 0.0))
+    except Exception:  # a metric is never worth a failed reconcile
+        log.debug("observing %s failed", name, exc_info=True)
+
+
+def _meta(obj: Obj) -> Obj:
+    return obj.get("metadata") or {}
+
+
+def _name(obj: Obj) -> str:
+    return str(_meta(obj).get("name") or "")
+
+
+def _deleting(obj: Obj) -> bool:
+    return bool(_meta(obj).get("deletionTimestamp"))
+
+
+def _has_finalizer(obj: Obj) -> bool:
+    return L.TERMINATION_FINALIZER in (_meta(obj).get("finalizers") or [])
+
+
+def _labels(obj: Obj) -> dict[str, str]:
+    return dict(_meta(obj).get("labels") or {})
+
+
+def _claim_provider_id(claim: Obj) -> str:
+    return str((claim.get("status") or {}).get("providerID") or "")
+
+
+def _node_provider_id(node: Obj) -> str:
+    return str((node.get("spec") or {}).get("providerID") or "")
+
+
+def _pod_key(pod: Obj) -> str:
+    meta = _meta(pod)
+    return str(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}")
+
+
+def _pretty_names(names: list[str], limit: int = 5) -> str:
+    """Up to `limit` names, then how many more (as Karpenter's pretty.Slice)."""
+    shown = ", ".join(names[:limit])
+    return shown if len(names) <= limit else f"{shown} and {len(names) - limit} other(s)"
+
+
+class Terminator:
+    """Finalizes deleted NodeClaims and deleted karpy Nodes (finalizer karpenter.sh/termination)."""
+
+    def __init__(self, client: KubeClient, cluster: Cluster, cloud: CloudProvider, recorder: Recorder,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.client = client
+        self.cluster = cluster
+        self.cloud = cloud
+        self.recorder = recorder
+        self.clock = clock
+        self._locks = [threading.Lock() for _ in range(_LOCK_STRIPES)]
+        self._state = threading.Lock()
+        self._backoff = D.PodBackoff()
+        self._recent: dict[str, float] = {}
+
+    # ---- entry points ------------------------------------------------------------------------------------------
+    def reconcile_nodeclaim(self, name: str) -> Result:
+        """One pass over a NodeClaim: nothing unless it is deleted and still carries the termination finalizer."""
+        with self._lock(f"nodeclaim/{name}"):
+            claim = self._get(R.NODECLAIMS, name)
+            if claim is None or not _deleting(claim) or not _has_finalizer(claim):
+                return Result()
+            return self._finalize_claim(claim, "nodeclaim.termination")
+
+    def reconcile_node(self, name: str) -> Result:
+        """One pass over a Node: a deleted Node with the termination finalizer deletes its NodeClaim and is then
+        terminated with it; a Node without a NodeClaim is drained on its own and let go."""
+        node = self._get(R.NODES, name)
+        if node is None or not _deleting(node) or not _has_finalizer(node):
+            return Result()
+        pid = _node_provider_id(node)
+        claim = self.cluster.nodeclaim_for_provider_id(pid) if pid else None
+        if claim is not None:
+            claim_name = _name(claim)
+            if not _deleting(claim):
+                with contextlib.suppress(NotFoundError):
+                    self.client.delete(R.NODECLAIMS, claim_name)
+            with self._lock(f"nodeclaim/{claim_name}"):
+                fresh = self._get(R.NODECLAIMS, claim_name)
+                if fresh is not None and _deleting(fresh) and _has_finalizer(fresh) \
+                        and _claim_provider_id(fresh) in ("", pid):
+                    return self._finalize_claim(fresh, "node.termination")
+        with self._lock(f"node/{name}"):
+            node = self._get(R.NODES, name)
+            if node is None or not _deleting(node) or not _has_finalizer(node):
+                return Result()
+            return self._finalize_node(node)
+
+    # ---- the NodeClaim flow ------------------------------------------------------------------------------------
+    def _finalize_claim(self, claim: Obj, controller: str) -> Result:
+        name = _name(claim)
+        extra: Obj = {"controller": controller, "NodeClaim": {"name": name}}
+        claim = self._ensure_termination_timestamp(claim, extra)
+        deadline = D.termination_deadline(claim)
+        pid = _claim_provider_id(claim)
+        if not pid:  # never launched: nothing to drain or terminate
+            return Result() if self._remove_claim_finalizer(claim, extra) else Result(requeue_after=0.1)
+        node = self._node_for_claim(claim, pid)
+        if node is not None:
+            extra["Node"] = {"name": _name(node)}
+        generation = _meta(claim).get("generation")
+        stored = copy.deepcopy(claim.get("status") or {})
+        status = copy.deepcopy(stored)
+        now = self.clock()
+        result: Result | None = None
+        gone = False
+        drained_now = False
+        if node is not None:
+            if not D.is_ready(node) and self._instance_gone(pid):
+                gone = True  # the kubelet is not running and the instance is gone: nothing left to drain
+            else:
+                node = self._taint(node, extra)
+                annotation = (_meta(claim).get("annotations") or {}).get(L.NODECLAIM_TERMINATION_TIMESTAMP)
+                if deadline is not None:
+                    self.recorder.publish(node, "Warning", "TerminationGracePeriodExpiring",
+                                          f"All pods will be deleted by {annotation}")
+                result, drained_now = self._drain(node, claim, status, deadline, now, extra)
+                if result is None:
+                    result = self._await_volumes(node, status, deadline, now, generation)
+        if result is None and not gone:
+            result = self._terminate_instance(pid, status, now, generation)
+        if result is not None:
+            if status != stored:
+                patched = self._write_status(claim, status)
+                if patched is None:
+                    return Result()
+                if isinstance(patched, Result):
+                    return patched
+            if drained_now:
+                _count("NODES_DRAINED", nodepool=_labels(claim).get(L.NODEPOOL, ""))
+            return result
+        if drained_now:
+            _count("NODES_DRAINED", nodepool=_labels(claim).get(L.NODEPOOL, ""))
+        if node is not None:
+            self._delete_node(node, extra, D.parse_time(_meta(claim).get("deletionTimestamp")))
+        return Result() if self._remove_claim_finalizer(claim, extra) else Result(requeue_after=0.1)
+
+    def _ensure_termination_timestamp(self, claim: Obj, extra: Obj) -> Obj:
+        """Annotate a deleted NodeClaim with deletionTimestamp + terminationGracePeriod (once; the deadline never
+        moves afterwards)."""
+        if L.NODECLAIM_TERMINATION_TIMESTAMP in (_meta(claim).get("annotations") or {}):
+            return claim
+        value = D.termination_timestamp(claim)
+        if value is None:
+            return claim
+        try:
+            patched = self.client.patch(R.NODECLAIMS, _name(claim),
+                                        {"metadata": {"annotations": {L.NODECLAIM_TERMINATION_TIMESTAMP: value}}})
+        except NotFoundError:
+            return claim
+        log.info("annotated nodeclaim", extra={**extra, L.NODECLAIM_TERMINATION_TIMESTAMP: value})
+        self.recorder.publish(patched, "Warning", "TerminationGracePeriodExpiring",
+                              f"All pods will be deleted by {value}")
+        return patched
+
+    def _node_for_claim(self, claim: Obj, pid: str) -> Obj | None:
+        """The NodeClaim's Node, read fresh: by status.nodeName, else by providerID from the cache."""
+        name = str((claim.get("status") or {}).get("nodeName") or "")
+        if not name:
+            cached = self.cluster.node_for_provider_id(pid)
+            name = _name(cached) if cached is not None else ""
+        if not name:
+            return None
+        node = self._get(R.NODES, name)
+        if node is None or _node_provider_id(node) not in ("", pid):
+            return None
+        return node
+
+    def _write_status(self, claim: Obj, status: Obj) -> Obj | Result | None:
+        """Write the conditions to the status subresource, locked on the resourceVersion read at the start of the
+        pass (a merge patch replaces the whole list); a conflict means another pass moved first: look again soon."""
+        body = {"metadata": {"resourceVersion": _meta(claim).get("resourceVersion")},
+                "status": {"conditions": status.get("conditions") or []}}
+        try:
+            return self.client.patch(R.NODECLAIMS, _name(claim), body, subresource="status")
+        except NotFoundError:
+            return None
+        except ConflictError:
+            return Result(requeue_after=0.1)
+
+    def _remove_claim_finalizer(self, claim: Obj, extra: Obj) -> bool:
+        """Drop karpenter.sh/termination from the NodeClaim with a JSON patch that tests the entry it removes, so a
+        finalizer someone else added meanwhile is never lost; False when the list kept changing under us."""
+        for _ in range(3):
+            finalizers = list(_meta(claim).get("finalizers") or [])
+            if L.TERMINATION_FINALIZER not in finalizers:
+                return True
+            i = finalizers.index(L.TERMINATION_FINALIZER)
+            patch = [{"op": "test", "path": f"/metadata/finalizers/{i}", "value": L.TERMINATION_FINALIZER},
+                     {"op": "remove", "path": f"/metadata/finalizers/{i}"}]
+            try:
+                self.client.patch(R.NODECLAIMS, _name(claim), patch, patch_type="json")
+            except NotFoundError:
+                return True
+            except InvalidError:  # the list changed under us: read it again
+                fresh = self._get(R.NODECLAIMS, _name(claim))
+                if fresh is None:
+                    return True
+                claim = fresh
+                continue
+            log.info("deleted nodeclaim", extra=extra)
+            labels = _labels(claim)
+            reason = D.get_condition(claim.get("status"), DISRUPTION_REASON) or {}
+            _count("NODECLAIMS_TERMINATED", nodepool=labels.get(L.NODEPOOL, ""),
+                   capacity_type=labels.get(L.CAPACITY_TYPE, ""), zone=labels.get(L.ZONE, ""),
+                   reason=str(reason.get("reason") or "") if reason.get("status") == "True" else "")
+            return True
+        return False
+
+    # ---- the Node flow -----------------------------------------------------------------------------------------
+    def _finalize_node(self, node: Obj) -> Result:
+        """A deleted Node without a NodeClaim: drain it (no deadline), wait for its volumes, let it go."""
+        extra: Obj = {"controller": "node.termination", "Node": {"name": _name(node)}}
+        pid = _node_provider_id(node)
+        if not (not D.is_ready(node) and pid and self._instance_gone(pid)):
+            node = self._taint(node, extra)
+            now = self.clock()
+            scratch: Obj = {}
+            result, _ = self._drain(node, None, scratch, None, now, extra)
+            if result is None:
+                result = self._await_volumes(node, scratch, None, now, None)
+            if result is not None:
+                return result
+        self._remove_node_finalizer(node, extra)
+        return Result()
+
+    def _taint(self, node: Obj, extra: Obj) -> Obj:
+        """Idempotently taint karpenter.sh/disrupted:NoSchedule (replacing that key with another effect) and label
+        node.kubernetes.io/exclude-from-external-load-balancers, in one patch."""
+        need_label = _labels(node).get(D.EXCLUDE_LB_LABEL) != D.EXCLUDE_LB_VALUE
+        need_taint = not D.has_disrupted_taint(node)
+        if not need_label and not need_taint:
+            return node
+        taints = [t for t in (node.get("spec") or {}).get("taints") or [] if isinstance(t, dict)]
+        same_key = [t for t in taints if t.get("key") == D.DISRUPTED_TAINT["key"]]
+        label_patch = {D.EXCLUDE_LB_LABEL: D.EXCLUDE_LB_VALUE}
+        if need_taint and same_key:
+            # the key is there with another effect: replace the list, locked on the resourceVersion we read
+            new_taints = [t for t in taints if t.get("key") != D.DISRUPTED_TAINT["key"]] + [dict(D.DISRUPTED_TAINT)]
+            body: Obj = {"metadata": {"labels": label_patch, "resourceVersion": _meta(node).get("resourceVersion")},
+                         "spec": {"taints": new_taints}}
+            patched = self.client.patch(R.NODES, _name(node), body)
+        else:
+            body = {"metadata": {"labels": label_patch}}
+            if need_taint:
+                body["spec"] = {"taints": [dict(D.DISRUPTED_TAINT)]}  # strategic merge: keyed by taint key
+            patched = self.client.patch(R.NODES, _name(node), body, patch_type="strategic")
+        if need_taint:
+            log.info("tainted node", extra={**extra, "taint.Key": D.DISRUPTED_TAINT["key"], "taint.Value": "",
+                                            "taint.Effect": D.DISRUPTED_TAINT["effect"]})
+        return patched
+
+    def _remove_node_finalizer(self, node: Obj, extra: Obj, requested: float | None = None) -> None:
+        """Drop karpenter.sh/termination from the Node (a strategic merge patch removes just that entry)."""
+        try:
+            self.client.patch(R.NODES, _name(node),
+                              {"metadata": {"$deleteFromPrimitiveList/finalizers": [L.TERMINATION_FINALIZER]}},
+                              patch_type="strategic")
+        except NotFoundError:  # someone else let it go
+            return
+        self._node_terminated(node, extra, requested)
+
+    def _delete_node(self, node: Obj, extra: Obj, requested: float | None = None) -> None:
+        """The instance is gone: delete the Node if nobody has, and drop our finalizer so it goes."""
+        if not _deleting(node):
+            try:
+                self.client.delete(R.NODES, _name(node))
+            except NotFoundError:
+                return
+        if _has_finalizer(node):
+            self._remove_node_finalizer(node, extra, requested)
+        else:
+            self._node_terminated(node, extra, requested)
+
+    def _node_terminated(self, node: Obj, extra: Obj, requested: float | None = None) -> None:
+        """Log and count a Node let go; its termination took from its deletion (or its NodeClaim's) until now."""
+        log.info("deleted node", extra=extra)
+        labels = _labels(node)
+        _count("NODES_TERMINATED", nodepool=labels.get(L.NODEPOOL, ""), zone=labels.get(L.ZONE, ""))
+        since = D.parse_time(_meta(node).get("deletionTimestamp")) or requested
+        if since is not None:
+            _observe("NODES_TERMINATION_DURATION", self.clock() - since, nodepool=labels.get(L.NODEPOOL, ""))
+
+    # ---- drain -------------------------------------------------------------------------------------------------
+    def _drain(self, node: Obj, claim: Obj | None, status: Obj, deadline: float | None, now: float,
+               extra: Obj) -> tuple[Result | None, bool]:
+        """One drain pass; (None, whether Drained turned True now) once the node is drained, else a requeue."""
+        generation = _meta(claim).get("generation") if claim is not None else None
+        if claim is not None and D.get_condition(status, DRAINED) is None:
+            D.set_condition(status, DRAINED, "Unknown", "Draining", "Draining", now, generation)
+        pods = self.cluster.pods_on_node(_name(node))
+        plan = D.plan_drain(pods, deadline, now)
+        reason = self._eviction_reason(claim)
+        for pod in plan.delete:
+            assert deadline is not None
+            self._force_delete(pod, deadline, now, reason, extra)
+        for pod in plan.evict:
+            self._evict(pod, node, now, reason)
+        if not plan.drained:
+            self.recorder.publish(node, "Warning", "FailedDraining",
+                                  f"Failed to drain node, {len(plan.waiting)} pods are waiting to be evicted")
+            wait = self._backoff.next_try([_pod_key(p) for p in plan.evict], now)
+            delay = D.DRAIN_REQUEUE if wait is None else min(max(wait, 0.05), D.DRAIN_REQUEUE)
+            return Result(requeue_after=delay), False
+        if claim is None:
+            return None, False
+        cond = D.get_condition(status, DRAINED) or {}
+        if cond.get("status") == "Unknown":
+            since = D.parse_time(cond.get("lastTransitionTime"))
+            elapsed = now - since if since is not None else D.MIN_DRAIN_TIME
+            if elapsed < D.MIN_DRAIN_TIME:  # pods bound just before the taint was seen get their chance
+                return Result(requeue_after=min(D.DRAIN_REQUEUE, D.MIN_DRAIN_TIME - elapsed)), False
+        was_true = cond.get("status") == "True"
+        D.set_condition(status, DRAINED, "True", DRAINED, "", now, generation)
+        return None, not was_true
+
+    def _eviction_reason(self, claim: Obj | None) -> str:
+        """Why pods are evicted, for the Evicted event and pods_drained_total (Karpenter's wording)."""
+        cond = D.get_condition((claim or {}).get("status"), DISRUPTION_REASON)
+        if cond is not None and cond.get("status") == "True" and cond.get("reason"):
+            return str(cond["reason"])
+        return "Forceful Termination"
+
+    def _acted_recently(self, key: str, now: float) -> bool:
+        with self._state:
+            for k, at in list(self._recent.items()):
+                if now - at > RECENT_ACTION:
+                    del self._recent[k]
+            return key in self._recent
+
+    def _acted(self, key: str, now: float) -> None:
+        with self._state:
+            self._recent[key] = now
+            self._backoff.forget(key)
+
+    def _evict(self, pod: Obj, node: Obj, now: float, reason: str) -> None:
+        """Evict one pod through the Eviction API; a PDB refusal (429) backs that pod off and is reported."""
+        key = _pod_key(pod)
+        meta = _meta(pod)
+        if self._acted_recently(key, now):
+            return
+        with self._state:
+            if not self._backoff.ready(key, now):
+                return
+        try:
+            self.client.evict(str(meta.get("namespace")), str(meta.get("name")))
+        except (NotFoundError, ConflictError):  # gone, or another pod by now
+            _count("EVICTION_REQUESTS", code="404")
+            self._acted(key, now)
+            return
+        except TooManyRequestsError:
+            _count("EVICTION_REQUESTS", code="429")
+            with self._state:
+                self._backoff.failed(key, now)
+            self.recorder.publish(node, "Warning", "FailedDraining",
+                                  "Failed to drain node, evicting pod violates a PDB")
+            return
+        except KubeError as e:
+            _count("EVICTION_REQUESTS", code=str(e.status))
+            with self._state:
+                self._backoff.failed(key, now)
+            if MULTIPLE_PDBS in (e.message or ""):
+                self.recorder.publish(node, "Warning", "FailedDraining",
+                                      "Failed to drain node, eviction does not support multiple PDBs")
+            else:
+                log.error("evicting pod failed", extra={"controller": "eviction-queue", "error": str(e),
+                                                        "Pod": {"namespace": meta.get("namespace"),
+                                                                "name": meta.get("name")}})
+            return
+        except Exception as e:  # connection trouble: that pod is tried again after its backoff
+            with self._state:
+                self._backoff.failed(key, now)
+            log.error("evicting pod failed", extra={"controller": "eviction-queue", "error": str(e),
+                                                    "Pod": {"namespace": meta.get("namespace"),
+                                                            "name": meta.get("name")}})
+            return
+        _count("EVICTION_REQUESTS", code="200")
+        self._acted(key, now)
+        self.recorder.publish(pod, "Normal", "Evicted", f"Evicted pod: {reason}")
+        _count("PODS_DRAINED", reason=reason)
+
+    def _force_delete(self, pod: Obj, deadline: float, now: float, reason: str, extra: Obj) -> None:
+        """Delete a pod whose grace period would outlast the node's deadline, with what is left of it (bypassing its
+        PDB and do-not-disrupt)."""
+        key = _pod_key(pod)
+        meta = _meta(pod)
+        if self._acted_recently(key, now):
+            return
+        grace = D.force_delete_grace(deadline, now)
+        tgps = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")
+        self.recorder.publish(pod, "Normal", "Disrupted",
+                              f"Deleting the pod to accommodate the terminationTime {D.format_time(deadline)} of the "
+                              f"node. The pod was granted {grace} seconds of grace-period of its {tgps} "
+                              "terminationGracePeriodSeconds. This bypasses the PDB of the pod and the do-not-disrupt "
+                              "annotation.")
+        try:
+            self.client.delete(R.PODS, str(meta.get("name")), str(meta.get("namespace")),
+                               grace_period_seconds=grace, uid=meta.get("uid"))
+        except (NotFoundError, ConflictError):
+            self._acted(key, now)
+            return
+        self._acted(key, now)
+        log.debug("deleting pod", extra={**extra, "namespace": meta.get("namespace"), "name": meta.get("name"),
+                                         "pod.terminationGracePeriodSeconds": tgps,
+                                         "delete.gracePeriodSeconds": grace,
+                                         "nodeclaim.terminationTime": D.format_time(deadline)})
+        _count("PODS_DRAINED", reason=reason)
+
+    # ---- volumes and the instance ------------------------------------------------------------------------------
+    def _await_volumes(self, node: Obj, status: Obj, deadline: float | None, now: float,
+                       generation: int | None) -> Result | None:
+        """Wait for the node's VolumeAttachments to go (those of undrainable pods excepted), until the deadline."""
+        node_name = _name(node)
+        attachments, _ = self.client.list(R.VOLUMEATTACHMENTS)
+        on_node = [va for va in attachments if (va.get("spec") or {}).get("nodeName") == node_name]
+        ignored: set[str] = set()
+        if on_node:
+            for namespace, claim_name in D.undrainable_pod_claims(self.cluster.pods_on_node(node_name), now):
+                pvc = self._get(R.PERSISTENTVOLUMECLAIMS, claim_name, namespace)
+                volume = ((pvc or {}).get("spec") or {}).get("volumeName")
+                if volume:
+                    ignored.add(str(volume))
+        blocking = D.blocking_volume_attachments(on_node, node_name, ignored)
+        if not blocking:
+            D.set_condition(status, VOLUMES_DETACHED, "True", VOLUMES_DETACHED, "", now, generation)
+            return None
+        if deadline is None or now <= deadline:
+            self.recorder.publish(node, "Normal", "AwaitingVolumeDetachment",
+                                  "Awaiting deletion of bound volumeattachments "
+                                  f"({_pretty_names([_name(va) for va in blocking])})")
+            D.set_condition(status, VOLUMES_DETACHED, "Unknown", "AwaitingVolumeDetachment",
+                            "AwaitingVolumeDetachment", now, generation)
+            return Result(requeue_after=D.DRAIN_REQUEUE)
+        D.set_condition(status, VOLUMES_DETACHED, "False", "TerminationGracePeriodElapsed",
+                        "TerminationGracePeriodElapsed", now, generation)
+        return None
+
+    def _instance_gone(self, pid: str) -> bool:
+        """Whether the cloud no longer has the instance."""
+        try:
+            self.cloud.get(pid)
+        except NodeClaimNotFoundError:
+            return True
+        return False
+
+    def _terminate_instance(self, pid: str, status: Obj, now: float, generation: int | None) -> Result | None:
+        """Terminate the instance once (InstanceTerminating), then poll every 5 s until the cloud says it is gone."""
+        cond = D.get_condition(status, INSTANCE_TERMINATING)
+        if cond is None or cond.get("status") != "True":
+            with contextlib.suppress(NodeClaimNotFoundError):
+                self.cloud.delete(pid)
+            D.set_condition(status, INSTANCE_TERMINATING, "True", INSTANCE_TERMINATING, "", now, generation)
+        if self._instance_gone(pid):
+            return None
+        return Result(requeue_after=D.INSTANCE_POLL)
+
+    # ---- plumbing ----------------------------------------------------------------------------------------------
+    def _get(self, res: R.Resource, name: str, namespace: str | None = None) -> Obj | None:
+        try:
+            return self.client.get(res, name, namespace)
+        except NotFoundError:
+            return None
+
+    def _lock(self, key: str) -> threading.Lock:
+        """One of a fixed set of locks: passes over the same NodeClaim or Node never run at once."""
+        return self._locks[hash(key) % _LOCK_STRIPES]
