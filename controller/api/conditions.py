@@ -35,8 +35,8 @@ def set_condition(status: dict[str, Any], type_: str, value: bool | None, reason
                                                            or current.get("observedGeneration") == generation):
         return False
     # an empty message is left out: a 1.20 apiserver turns "" into null in a merge-patched custom resource
-    cond: dict[str, Any] = {"type": type_, "status": text, "reason": reason, **({"message": message} if message else {}),
-                            "lastTransitionTime": now_rfc3339()}
+    cond: dict[str, Any] = {"type": type_, "status": text, "reason": reason,
+                            **({"message": message} if message else {}), "lastTransitionTime": now_rfc3339()}
     if current is not None and current.get("status") == text:
         cond["lastTransitionTime"] = current.get("lastTransitionTime") or cond["lastTransitionTime"]
     if generation is not None:

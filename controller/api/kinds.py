@@ -101,7 +101,7 @@ def _requirement() -> Field:
              required=("key", "operator"),
              key=S("Label key.", check=qualified_name),
              operator=S("Operator.", enum=OPERATORS),
-             values=A(S(check=label_value), "Values.", max_items=100),
+             values=A(S(check=label_value), "Values (no cap: a NodeClaim lists every instance-type option)."),
              minValues=I("Minimum distinct values the scheduler must keep for this key.", minimum=1, maximum=50))
 
 

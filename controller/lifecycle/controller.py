@@ -23,7 +23,7 @@ from controller.cloud.provider import CloudProvider, LaunchedNode
 from controller.failpoints import failpoint
 from controller.kube import resources as R
 from controller.kube.client import KubeClient
-from controller.kube.errors import NotFoundError
+from controller.kube.errors import InvalidError, NotFoundError
 from controller.kube.events import Recorder
 from controller.kube.workqueue import Result
 from controller.provisioning.nodeclaimtemplate import resource_list
@@ -35,7 +35,7 @@ LAUNCH_TIMEOUT = 5 * 60.0
 REGISTRATION_TIMEOUT = 15 * 60.0
 # taints a node carries while it starts, which do not count against initialization once gone
 EPHEMERAL_TAINTS = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable",
-                              "node.cloudprovider.kubernetes.io/uninitialized"})
+                              "node.cloudprovider.kubernetes.io/uninitialized", L.UNREGISTERED_TAINT_KEY})
 WELL_KNOWN_RESOURCES = frozenset({"cpu", "memory", "pods", "ephemeral-storage"})
 
 
@@ -67,18 +67,38 @@ class LifecycleController:
         self.recorder = recorder
         self.on_deleted = on_deleted  # a NodeClaim given up on: its pods need a new home (the provisioner's trigger)
         self.clock = clock
+        # NodeClaim -> resourceVersions this process has written past: until the informer shows the last write, its
+        # copy is stale and a pass on it would redo the work (a second launch call)
+        self._superseded: dict[str, set[str]] = {}
+
+    def _stale(self, claim: dict[str, Any]) -> bool:
+        name = claim["metadata"]["name"]
+        if str(claim["metadata"].get("resourceVersion")) in self._superseded.get(name, ()):
+            return True
+        self._superseded.pop(name, None)
+        return False
+
+    def _wrote(self, before: dict[str, Any], after: dict[str, Any] | None = None) -> None:
+        """Mark the version read (and an intermediate version written) as superseded by this process's write."""
+        stale = self._superseded.setdefault(before["metadata"]["name"], set())
+        stale.add(str(before["metadata"].get("resourceVersion")))
+        if after is not None and after is not before:
+            stale.discard(str(after["metadata"].get("resourceVersion")))
 
     def reconcile(self, name: str) -> Result:
         """One pass over a NodeClaim."""
         current = self.cluster.nodeclaim(name)
         if current is None or current["metadata"].get("deletionTimestamp"):
+            self._superseded.pop(name, None)
             return Result()
+        if self._stale(current):
+            return Result(requeue_after=0.5)  # our own write is on its way through the watch
         claim = copy.deepcopy(current)
         meta = claim["metadata"]
         if L.TERMINATION_FINALIZER not in (meta.get("finalizers") or []):
-            self.client.patch(R.NODECLAIMS, name, {"metadata": {
+            self._wrote(current, self.client.patch(R.NODECLAIMS, name, {"metadata": {
                 "finalizers": [*(meta.get("finalizers") or []), L.TERMINATION_FINALIZER],
-                "resourceVersion": meta.get("resourceVersion")}})
+                "resourceVersion": meta.get("resourceVersion")}}))
             return Result(requeue_after=0.0)
         status = claim.setdefault("status", {})
         if not C.is_true(status, "Launched"):
@@ -96,9 +116,10 @@ class LifecycleController:
         except NotFoundError:
             return
         log.info("deleted nodeclaim", extra={**_ref(claim), "reason": reason, "controller": "nodeclaim.lifecycle"})
-        M.NODECLAIMS_TERMINATED.labels(reason=reason,
-                                       nodepool=claim["metadata"].get("labels", {}).get(L.NODEPOOL, ""),
-                                       capacity_type=claim["metadata"].get("labels", {}).get(L.CAPACITY_TYPE, "")).inc()
+        labels = claim["metadata"].get("labels") or {}
+        M.NODECLAIMS_TERMINATED.labels(nodepool=labels.get(L.NODEPOOL, ""),
+                                       capacity_type=labels.get(L.CAPACITY_TYPE, ""),
+                                       zone=labels.get(L.ZONE, "")).inc()
         self.on_deleted()
 
     def _age(self, claim: dict[str, Any]) -> float:
@@ -141,7 +162,7 @@ class LifecycleController:
             return Result(requeue_after=5.0)
         except Exception as e:
             M.CLOUDPROVIDER_ERRORS.labels(controller="nodeclaim.lifecycle", method="Create", provider="aws",
-                                          error=type(e).__name__[:40]).inc()
+                                          error=M.bounded(type(e).__name__, M.CLOUDPROVIDER_ERROR_TYPES, "")).inc()
             if C.set_condition(status, "Launched", False, "LaunchFailed", str(e)[:300]):
                 self._write_status(claim)
             raise
@@ -162,7 +183,9 @@ class LifecycleController:
         labels.update({L.INSTANCE_TYPE: launched.instance_type, L.ZONE: launched.zone,
                        L.CAPACITY_TYPE: launched.capacity_type})
         if labels != (meta.get("labels") or {}):
-            self.client.patch(R.NODECLAIMS, meta["name"], {"metadata": {"labels": labels}})
+            patched = self.client.patch(R.NODECLAIMS, meta["name"], {"metadata": {"labels": labels}})
+            self._wrote(claim)
+            self._superseded[meta["name"]].add(str(patched["metadata"].get("resourceVersion")))
             meta["labels"] = labels
         status = claim["status"]
         status.update({"providerID": launched.provider_id, "imageID": launched.image_id,
@@ -176,8 +199,9 @@ class LifecycleController:
 
     def _write_status(self, claim: dict[str, Any]) -> None:
         with contextlib.suppress(NotFoundError):
-            self.client.patch(R.NODECLAIMS, claim["metadata"]["name"], {"status": claim["status"]},
-                              subresource="status")
+            written = self.client.patch(R.NODECLAIMS, claim["metadata"]["name"], {"status": claim["status"]},
+                                        subresource="status")
+            self._wrote(claim, written)
 
     # ---- registration ------------------------------------------------------------------------------------------
     def _register(self, claim: dict[str, Any]) -> Result | None:
@@ -201,8 +225,10 @@ class LifecycleController:
         C.set_condition(status, "Registered", True, "Registered")
         self._write_status(claim)
         log.info("registered nodeclaim", extra={**_ref(claim), "Node": {"name": node_name},
+                                                "taints": (node.get("spec") or {}).get("taints"),
                                                 "provider-id": pid, "controller": "nodeclaim.lifecycle"})
-        M.NODES_CREATED.labels(nodepool=claim["metadata"].get("labels", {}).get(L.NODEPOOL, "")).inc()
+        M.NODES_CREATED.labels(nodepool=claim["metadata"].get("labels", {}).get(L.NODEPOOL, ""),
+                               zone=claim["metadata"].get("labels", {}).get(L.ZONE, "")).inc()
         return Result(requeue_after=0.0)
 
     def _sync_node(self, claim: dict[str, Any], node: dict[str, Any], first: bool) -> None:
@@ -232,6 +258,18 @@ class LifecycleController:
                          "resourceVersion": meta.get("resourceVersion")},
             "spec": {"taints": taints}})
 
+    def _remove_unregistered_taint(self, node: dict[str, Any]) -> None:
+        """Remove the unregistered taint if it is (still, or again) there. Other writers replace the whole taint list
+        (the node lifecycle controller's not-ready taint), so a registration's removal can be lost to a concurrent
+        write; a JSON patch naming the entry removes exactly it."""
+        for i, t in enumerate((node.get("spec") or {}).get("taints") or []):
+            if t.get("key") == L.UNREGISTERED_TAINT_KEY:
+                with contextlib.suppress(NotFoundError, InvalidError):  # InvalidError: the list changed meanwhile
+                    self.client.patch(R.NODES, node["metadata"]["name"], [
+                        {"op": "test", "path": f"/spec/taints/{i}/key", "value": L.UNREGISTERED_TAINT_KEY},
+                        {"op": "remove", "path": f"/spec/taints/{i}"}], patch_type="json")
+                return
+
     # ---- initialization ----------------------------------------------------------------------------------------
     def _initialize(self, claim: dict[str, Any]) -> Result:
         status = claim["status"]
@@ -243,6 +281,7 @@ class LifecycleController:
         node = self.cluster.node(str(status.get("nodeName", "")))
         if node is None:
             return Result(requeue_after=5.0)
+        self._remove_unregistered_taint(node)
         why = self._not_initialized(claim, node)
         if why:
             if C.set_condition(status, "Initialized", None, "NotInitialized", why):
@@ -255,6 +294,7 @@ class LifecycleController:
         C.set_condition(status, "Ready", True, "Ready")
         self._write_status(claim)
         log.info("initialized nodeclaim", extra={**_ref(claim), "Node": {"name": node["metadata"]["name"]},
+                                                 "taints": (node.get("spec") or {}).get("taints"),
                                                  "allocatable": (node.get("status") or {}).get("allocatable", {}),
                                                  "controller": "nodeclaim.lifecycle"})
         return Result()

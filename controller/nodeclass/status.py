@@ -144,7 +144,7 @@ class NodeClassController:
             ready = C.get(status, READY) or {}
             if ready.get("status") != (C.get(stored, READY) or {}).get("status"):
                 log.info("nodeclass %s", "ready" if ready.get("status") == "True" else "not ready",
-                         extra={**_ref(name), "reason": ready.get("reason"), "message": ready.get("message")})
+                         extra={**_ref(name), "reason": ready.get("reason"), "condition-message": ready.get("message")})
         if errors:
             raise errors[0]
         return Result(requeue_after=self.refresh_seconds)

@@ -112,6 +112,27 @@ class Provisioner:
                 stop.wait(1.0)
                 self.trigger()
 
+    def warm(self, stop: threading.Event, within: float = 60.0) -> None:
+        """Fetch each node class's instance types (and prices) as soon as it is ready, ahead of the first batch, so
+        the first pending pods do not wait on the cloud's APIs."""
+        deadline = self.clock() + within
+        while not stop.is_set() and self.clock() < deadline:
+            waiting = False
+            for nodeclass in self.cluster.nodeclasses():
+                name = nodeclass["metadata"]["name"]
+                if name in self._types:
+                    continue
+                if nodeclass_not_ready(nodeclass, name):
+                    waiting = True
+                    continue
+                try:
+                    self._instance_types(nodeclass)
+                except Exception as e:  # the batch will try again and say why
+                    log.debug("warming instance types failed", extra={"error": str(e)[:200]})
+            if not waiting:
+                return
+            stop.wait(1.0)
+
     # ---- inputs ------------------------------------------------------------------------------------------------
     def _instance_types(self, nodeclass: dict[str, Any]) -> list[InstanceType]:
         name = nodeclass["metadata"]["name"]
@@ -247,7 +268,7 @@ class Provisioner:
         """One scheduling pass over the provisionable pods."""
         started = time.perf_counter()
         raw_pods = self.cluster.pending_pods()
-        M.SCHEDULER_QUEUE_DEPTH.labels(controller="provisioner").set(len(raw_pods))
+        M.SCHEDULER_QUEUE_DEPTH.labels(controller="provisioner", scheduling_id="").set(len(raw_pods))
         results = Results()
         if not raw_pods:
             return results
@@ -336,8 +357,8 @@ class Provisioner:
                 "requests": created["spec"].get("resources", {}).get("requests", {}),
                 "instance-types": ", ".join(options[:5]) + (f" and {len(options) - 5} other(s)"
                                                             if len(options) > 5 else "")})
-            M.NODECLAIMS_CREATED.labels(reason="provisioning", nodepool=planned.node_pool,
-                                        capacity_type=planned.capacity_type or "").inc()
+            M.NODECLAIMS_CREATED.labels(reason="provisioned", nodepool=planned.node_pool,
+                                        min_values_relaxed="false").inc()
             for p in planned.pods:
                 results.nominated[p.key] = name
                 raw = raw_by_key.get(p.key)

@@ -10,6 +10,8 @@ import boto3
 from botocore.config import Config
 
 DEFAULT_MAX_ATTEMPTS = 10
+# prices have a static fallback and refresh on their own schedule: a failing Pricing API must not hold up a launch
+PRICING_MAX_ATTEMPTS = 3
 
 
 def client_config(mode: str = "adaptive", max_attempts: int = DEFAULT_MAX_ATTEMPTS, pool: int = 32) -> Config:
@@ -18,6 +20,9 @@ def client_config(mode: str = "adaptive", max_attempts: int = DEFAULT_MAX_ATTEMP
         raise ValueError(f"retry mode {mode!r}: expected standard, adaptive or legacy")
     retries: Any = {"mode": mode, "total_max_attempts": max_attempts}  # attempts in all, the first one included
     return Config(retries=retries, max_pool_connections=pool)
+
+
+PRICING_CONFIG = client_config("standard", PRICING_MAX_ATTEMPTS)
 
 
 @dataclass
@@ -29,6 +34,7 @@ class AWSClients:
     iam: Any
     sqs: Any
     pricing: Any | None
+    eks: Any | None = None  # DescribeCluster, for the endpoint and CA bundle when CLUSTER_ENDPOINT is not set
 
 
 def make_clients(region: str, endpoint_url: str | None = None, mode: str = "adaptive",
@@ -38,8 +44,9 @@ def make_clients(region: str, endpoint_url: str | None = None, mode: str = "adap
     cfg = client_config(mode, max_attempts)
     session: Any = boto3.session.Session()
 
-    def make(service: str, where: str = region) -> Any:
-        return session.client(service, region_name=where, endpoint_url=endpoint_url, config=cfg)
+    def make(service: str, where: str = region, config: Config = cfg) -> Any:
+        return session.client(service, region_name=where, endpoint_url=endpoint_url, config=config)
 
     return AWSClients(ec2=make("ec2"), ssm=make("ssm"), iam=make("iam"), sqs=make("sqs"),
-                      pricing=make("pricing", "us-east-1") if pricing else None)
+                      pricing=make("pricing", "us-east-1", PRICING_CONFIG) if pricing else None,
+                      eks=make("eks"))

@@ -1,0 +1,310 @@
+"""`karpy controller`: wires the informers, the controllers, leader election, metrics and health into one process.
+
+Every replica keeps its caches warm and serves /metrics, /healthz and /readyz; only the leader's controllers act.
+SIGTERM/SIGINT: the leader stops acting, releases its Lease and the process exits 0. Losing the Lease to another
+replica exits 1 so the pod restarts as a follower, as controller-runtime does.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import signal
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from controller.api import labels as L
+from controller.cloud.provider import CloudProvider
+from controller.kube.client import KubeClient
+from controller.kube.events import Recorder
+from controller.kube.informer import Informer
+from controller.kube.leaderelection import LeaderElector
+from controller.kube.workqueue import Controller
+from controller.settings import Settings
+from controller.state.cluster import Cluster, provider_id
+
+log = logging.getLogger("karpy.controller")
+SHUTDOWN_SECONDS = 10.0  # worker threads finish their pass; a long-poll in flight is not waited on
+
+
+@dataclass
+class Runtime:
+    """The running parts, for tests and for shutdown."""
+
+    cluster: Cluster
+    controllers: list[Controller] = field(default_factory=list)
+    threads: list[threading.Thread] = field(default_factory=list)
+    lead_stop: threading.Event = field(default_factory=threading.Event)
+
+
+def _cluster_info(settings: Settings, client: KubeClient, clients: Any) -> Any:
+    """Endpoint and CA bundle for node bootstrap: settings first, then EKS DescribeCluster, then the kube client's."""
+    from controller.cloud.aws.userdata import ClusterInfo
+
+    endpoint = settings.cluster_endpoint
+    ca = settings.cluster_ca_bundle
+    if not endpoint and clients.eks is not None:
+        try:
+            cluster = clients.eks.describe_cluster(name=settings.cluster_name)["cluster"]
+            endpoint = cluster.get("endpoint", "")
+            ca = (cluster.get("certificateAuthority") or {}).get("data", "")
+        except Exception as e:  # EKS is optional: self-managed clusters set CLUSTER_ENDPOINT
+            log.debug("describing the EKS cluster failed", extra={"error": str(e)[:200]})
+    endpoint = endpoint or client.host
+    if not ca and client.ca_file:
+        try:
+            with open(client.ca_file, "rb") as f:
+                ca = base64.b64encode(f.read()).decode()
+        except OSError:
+            ca = ""
+    return ClusterInfo(settings.cluster_name, endpoint, ca)
+
+
+def build_cloud(settings: Settings, client: KubeClient) -> tuple[CloudProvider, Any]:
+    """The CloudProvider named by CLOUD_PROVIDER (aws by default; fake is the in-memory one for trying karpy and for
+    benchmarks), and the AWS clients when there are any."""
+    if settings.cloud_provider == "fake":
+        from controller.cloud.fake.provider import FakeCloudProvider
+
+        return FakeCloudProvider(), None
+    from controller.catalog.pricing import PriceTable
+    from controller.catalog.snapshot import load_catalog
+    from controller.cloud.aws.clients import make_clients
+    from controller.cloud.aws.instancetypes import InstanceTypeProvider
+    from controller.cloud.aws.pricing import PricingProvider
+    from controller.cloud.aws.provider import AWSCloudProvider
+
+    clients = make_clients(settings.aws_region, settings.aws_endpoint_url or None, pricing=not settings.isolated_vpc)
+    # bundled on-demand prices stand in until (or where) the Pricing API answers
+    fallback = PriceTable(on_demand={it.name: min(o.price for o in it.offerings if o.capacity_type == "on-demand")
+                                     for it in load_catalog().instance_types
+                                     if any(o.capacity_type == "on-demand" for o in it.offerings)})
+    types = InstanceTypeProvider(clients.ec2, PricingProvider(clients.pricing, clients.ec2, settings.aws_region,
+                                                              fallback), settings.aws_region)
+    provider = AWSCloudProvider(cluster=_cluster_info(settings, client, clients), region=settings.aws_region,
+                                k8s_version=client.server_version(), ec2=clients.ec2, ssm=clients.ssm,
+                                iam=clients.iam, instance_types=types)
+    return provider, clients
+
+
+def _identity() -> str:
+    return f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+
+
+def wire(settings: Settings, client: KubeClient, cloud: CloudProvider, aws: Any, recorder: Recorder,
+         is_leader: Callable[[], bool]) -> tuple[Runtime, Callable[[], None]]:
+    """Build the controllers and connect informer events to their queues; returns the runtime and the function that
+    starts the leader's work."""
+    from controller.lifecycle.controller import LifecycleController
+    from controller.nodepool.status import NodePoolStatusController
+    from controller.provisioning.batcher import Batcher
+    from controller.provisioning.provisioner import Provisioner
+    from controller.termination.controller import Terminator
+
+    cluster = Cluster(client)
+    rt = Runtime(cluster=cluster)
+    provisioner = Provisioner(cluster, client, cloud, recorder,
+                              Batcher(settings.batch_idle_duration, settings.batch_max_duration), is_leader)
+    lifecycle = LifecycleController(cluster, client, cloud, recorder, on_deleted=provisioner.trigger)
+    terminator = Terminator(client, cluster, cloud, recorder)
+    nodepools = NodePoolStatusController(cluster, client)
+    c_lifecycle = Controller("nodeclaim.lifecycle", lifecycle.reconcile, workers=4)
+    c_claim_term = Controller("nodeclaim.termination", terminator.reconcile_nodeclaim, workers=4)
+    c_node_term = Controller("node.termination", terminator.reconcile_node, workers=4)
+    c_nodepool = Controller("nodepool.status", nodepools.reconcile, workers=1)
+    rt.controllers = [c_lifecycle, c_claim_term, c_node_term, c_nodepool]
+    if aws is not None:
+        from controller.nodeclass.status import NodeClassController
+
+        nodeclasses = NodeClassController(cluster=cluster, client=client, provider=cloud, recorder=recorder)
+        c_nodeclass = Controller("nodeclass.status", nodeclasses.reconcile, workers=1)
+    else:
+        from controller.cloud.fake.nodeclass import FakeNodeClassController
+
+        c_nodeclass = Controller("nodeclass.status", FakeNodeClassController(cluster, client).reconcile, workers=1)
+    rt.controllers.append(c_nodeclass)
+
+    def on_nodeclaim(event: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+        obj = new if new is not None else old
+        if obj is None:
+            return
+        name = obj["metadata"]["name"]
+        if event == "DELETED":
+            provisioner.trigger()
+        elif obj["metadata"].get("deletionTimestamp"):
+            c_claim_term.queue.add(name)
+        else:
+            c_lifecycle.queue.add(name)
+        pool = (obj["metadata"].get("labels") or {}).get(L.NODEPOOL)
+        if pool:
+            c_nodepool.queue.add(pool)
+
+    def on_node(event: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+        obj = new if new is not None else old
+        if obj is None:
+            return
+        if event == "DELETED":
+            provisioner.trigger()
+            return
+        if obj["metadata"].get("deletionTimestamp"):
+            c_node_term.queue.add(obj["metadata"]["name"])
+        claim = cluster.nodeclaim_for_provider_id(provider_id(obj))
+        if claim is not None:
+            if claim["metadata"].get("deletionTimestamp"):
+                c_claim_term.queue.add(claim["metadata"]["name"])
+            else:
+                c_lifecycle.queue.add(claim["metadata"]["name"])
+
+    def on_nodepool(event: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+        obj = new if new is not None else old
+        if obj is not None and event != "DELETED":
+            c_nodepool.queue.add(obj["metadata"]["name"])
+            provisioner.trigger()
+
+    def on_nodeclass(event: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+        obj = new if new is not None else old
+        if obj is None:
+            return
+        if event != "DELETED":
+            c_nodeclass.queue.add(obj["metadata"]["name"])
+        for np_ in cluster.nodepools():
+            ref = ((((np_.get("spec") or {}).get("template") or {}).get("spec") or {}).get("nodeClassRef") or {})
+            if ref.get("name") == obj["metadata"]["name"]:
+                c_nodepool.queue.add(np_["metadata"]["name"])
+        provisioner.trigger()
+
+    def on_pod(event: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+        provisioner.on_pod(event, old, new)
+        # a pod that leaves a draining node lets the drain move on
+        if event == "DELETED" and old is not None:
+            node = cluster.node(str((old.get("spec") or {}).get("nodeName") or ""))
+            if node is not None and node["metadata"].get("deletionTimestamp"):
+                c_node_term.queue.add(node["metadata"]["name"])
+            claim = cluster.nodeclaim_for_node(node) if node is not None else None
+            if claim is not None and claim["metadata"].get("deletionTimestamp"):
+                c_claim_term.queue.add(claim["metadata"]["name"])
+
+    cluster.nodeclaims_informer.add_handler(on_nodeclaim)
+    cluster.nodes_informer.add_handler(on_node)
+    cluster.nodepools_informer.add_handler(on_nodepool)
+    cluster.nodeclasses_informer.add_handler(on_nodeclass)
+    cluster.pods_informer.add_handler(on_pod)
+
+    def start_leading() -> None:
+        log.info("starting controllers", extra={"controller": "controller"})
+        for informer, handler in ((cluster.nodeclaims_informer, on_nodeclaim), (cluster.nodes_informer, on_node),
+                                  (cluster.nodepools_informer, on_nodepool),
+                                  (cluster.nodeclasses_informer, on_nodeclass)):
+            _replay(informer, handler)
+        for c in rt.controllers:
+            rt.threads.extend(c.start(rt.lead_stop))
+        rt.threads.append(_thread("provisioner", provisioner.run, rt.lead_stop))
+        _thread("warm-instance-types", provisioner.warm, rt.lead_stop)
+        provisioner.trigger()
+        if aws is not None:
+            from controller.garbagecollection.controller import GarbageCollector
+
+            gc = GarbageCollector(cluster=cluster, client=client, cloud=cloud)
+            rt.threads.append(_thread("garbagecollection", gc.run, rt.lead_stop))
+            if settings.interruption_queue:
+                from controller.interruption.controller import InterruptionController
+
+                interruption = InterruptionController(cluster=cluster, client=client, cloud=cloud, sqs=aws.sqs,
+                                                      queue_name=settings.interruption_queue, recorder=recorder,
+                                                      is_leader=is_leader)
+                rt.threads.append(_thread("interruption", interruption.run, rt.lead_stop))
+
+    return rt, start_leading
+
+
+def _replay(informer: Informer, handler: Callable[[str, dict[str, Any] | None, dict[str, Any] | None], None]) -> None:
+    for obj in informer.items():
+        handler("MODIFIED", obj, obj)
+
+
+def _thread(name: str, target: Callable[[threading.Event], None], stop: threading.Event) -> threading.Thread:
+    t = threading.Thread(target=target, args=(stop,), name=name, daemon=True)
+    t.start()
+    return t
+
+
+def run(settings: Settings, sources: dict[str, str] | None = None) -> int:
+    """Run until SIGTERM/SIGINT; returns the process exit code."""
+    from controller.health import serve
+
+    stop = threading.Event()
+    exit_code = [0]
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        log.info("received signal, shutting down", extra={"signal": signal.Signals(signum).name})
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    client = KubeClient.from_environment(settings.kubeconfig, settings.kube_client_qps, settings.kube_client_burst)
+    try:
+        cloud, aws = build_cloud(settings, client)
+    except Exception as e:
+        log.error("building the cloud provider failed", extra={"error": str(e)[:300]})
+        return 1
+    recorder = Recorder(client)
+    recorder.start(stop)
+    elector: LeaderElector | None = None
+    if not settings.disable_leader_election:
+        elector = LeaderElector(client, settings.leader_election_name, settings.leader_election_namespace,
+                                _identity())
+
+    def is_leader() -> bool:
+        return elector is None or elector.is_leader()
+
+    rt, start_leading = wire(settings, client, cloud, aws, recorder, is_leader)
+    servers = serve(settings.metrics_port, settings.health_probe_port, ready=rt.cluster.synced)
+    rt.cluster.start(stop)
+    _observe_state(rt.cluster, stop)
+    if not rt.cluster.wait_synced(stop, timeout=120):
+        if stop.is_set():
+            servers.stop()
+            return 0
+        log.error("cluster state did not sync in 120s; continuing to wait", extra={"controller": "state"})
+
+    def stopped_leading() -> None:
+        rt.lead_stop.set()
+        if not stop.is_set():
+            log.error("leader election lost", extra={"controller": "controller"})
+            exit_code[0] = 1
+            stop.set()
+
+    if elector is None:
+        start_leading()
+        stop.wait()
+        rt.lead_stop.set()
+    else:
+        elector.run(stop, on_started=start_leading, on_stopped=stopped_leading)
+        rt.lead_stop.set()
+    deadline = time.monotonic() + SHUTDOWN_SECONDS
+    for t in rt.threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    servers.stop()
+    log.info("stopped", extra={"controller": "controller"})
+    return exit_code[0]
+
+
+def _observe_state(cluster: Cluster, stop: threading.Event) -> None:
+    """Keep the cluster-state gauges current (synced, node count)."""
+    from controller import metrics as M
+
+    def loop(stop: threading.Event) -> None:
+        while not stop.wait(1.0):
+            M.CLUSTER_STATE_SYNCED.set(1 if cluster.synced() else 0)
+            M.CLUSTER_STATE_NODE_COUNT.set(len(cluster.nodes()))
+
+    _thread("state-metrics", loop, stop)
+
+
+if __name__ == "__main__":  # pragma: no cover - `karpy controller` is the entry point
+    raise SystemExit("run `karpy controller`")

@@ -1,0 +1,60 @@
+"""The pieces of an end-to-end world, shared by the e2e tests and benchmarks/provisioning.py: one cluster's AWS
+resources on LocalStack, karpy's CRDs and an EC2NodeClass selecting those resources."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from kubernetes import client
+
+from controller.api.crds import crd_manifests
+from tests.e2e.harness import wait_for
+
+
+def create_aws_world(ec2: Any, iam: Any, sqs: Any, cluster: str, octet: int = 77) -> dict[str, str]:
+    """VPC, two discovery-tagged subnets, a security group, a node role and an interruption queue."""
+    tag = [{"Key": "karpenter.sh/discovery", "Value": cluster}]
+    vpc = ec2.create_vpc(CidrBlock=f"10.{octet}.0.0/16")["Vpc"]["VpcId"]
+    for i, zone in enumerate(("us-east-1a", "us-east-1b")):
+        ec2.create_subnet(VpcId=vpc, CidrBlock=f"10.{octet}.{i}.0/24", AvailabilityZone=zone,
+                          TagSpecifications=[{"ResourceType": "subnet", "Tags": tag}])
+    ec2.create_security_group(GroupName=f"{cluster}-nodes", Description="nodes", VpcId=vpc,
+                              TagSpecifications=[{"ResourceType": "security-group", "Tags": tag}])
+    image = ec2.describe_images(Filters=[{"Name": "architecture", "Values": ["x86_64"]}])["Images"][0]["ImageId"]
+    trust = json.dumps({"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "sts:AssumeRole",
+                                                                "Principal": {"Service": "ec2.amazonaws.com"}}]})
+    role = f"KarpenterNodeRole-{cluster}"
+    iam.create_role(RoleName=role, AssumeRolePolicyDocument=trust)
+    queue_name = f"{cluster}-interruption"
+    queue_url = sqs.create_queue(QueueName=queue_name)["QueueUrl"]
+    return {"image": image, "role": role, "queue_name": queue_name, "queue_url": queue_url}
+
+
+def install_crds(api: Any) -> None:
+    """Create karpy's CRDs (if absent) and wait until they are established."""
+    ext = client.ApiextensionsV1Api(api)
+    for crd in crd_manifests():
+        try:
+            ext.create_custom_resource_definition(crd)
+        except client.ApiException as e:
+            if e.status != 409:
+                raise
+            # a reused server: bring its CRD up to this version of karpy
+            current = ext.read_custom_resource_definition(crd["metadata"]["name"])
+            crd = {**crd, "metadata": {**crd["metadata"], "resourceVersion": current.metadata.resource_version}}
+            ext.replace_custom_resource_definition(crd["metadata"]["name"], crd)
+    for crd in crd_manifests():
+        wait_for(f"CRD {crd['metadata']['name']} established", lambda c=crd: any(
+            cond.type == "Established" and cond.status == "True"
+            for cond in ext.read_custom_resource_definition(c["metadata"]["name"]).status.conditions or []), 30)
+
+
+def create_nodeclass(custom: Any, cluster: str, made: dict[str, str]) -> None:
+    """The EC2NodeClass named after the cluster, selecting the world's resources (the AMI by id: LocalStack has no
+    public SSM parameters for aliases)."""
+    selector = [{"tags": {"karpenter.sh/discovery": cluster}}]
+    custom.create_cluster_custom_object("karpenter.k8s.aws", "v1", "ec2nodeclasses", {
+        "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": cluster},
+        "spec": {"role": made["role"], "amiFamily": "AL2023", "amiSelectorTerms": [{"id": made["image"]}],
+                 "subnetSelectorTerms": selector, "securityGroupSelectorTerms": selector}})
