@@ -72,7 +72,7 @@ def test_legacy_configmaps_are_read(world: World, kubelet, start_controller):
         "zap-logger-config": '{"level": "debug", // people write comments here\n "encoding": "json"}'}})
     try:
         env = world.env()
-        del env["CLUSTER_NAME"], env["INTERRUPTION_QUEUE"]
+        del env["CLUSTER_NAME"], env["INTERRUPTION_QUEUE"], env["BATCH_IDLE_DURATION"]
         checked = _karpy(["controller", "--check-config"], env)
         assert checked.returncode == 0, checked.stderr
         assert f"CLUSTER_NAME={world.cluster}" in checked.stdout
@@ -83,7 +83,7 @@ def test_legacy_configmaps_are_read(world: World, kubelet, start_controller):
         # env wins over the ConfigMap
         env_wins = _karpy(["controller", "--check-config"], {**env, "BATCH_IDLE_DURATION": "3s"})
         assert "BATCH_IDLE_DURATION=3s" in env_wins.stdout
-        proc = start_controller(unset=("CLUSTER_NAME", "INTERRUPTION_QUEUE"))
+        proc = start_controller(unset=("CLUSTER_NAME", "INTERRUPTION_QUEUE", "BATCH_IDLE_DURATION"))
         wait_for("the ConfigMap's settings in use", lambda: any(
             "ConfigMap" in m for m in proc.messages()), timeout=60)
         pool = nodepool_name("legacy")

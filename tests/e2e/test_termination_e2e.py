@@ -51,12 +51,13 @@ def test_drain_waits_for_a_pdb(world: World, kubelet, start_controller):
     start_controller()
     world.deployment(ns, "db", 2, pool)
     wait_for("pods bound", lambda: len(world.bound_pods(ns, "db")) == 2, timeout=120)
-    policy = client.PolicyV1beta1Api(world.api)
-    policy.create_namespaced_pod_disruption_budget(ns, {
+    # the client has no policy/v1beta1 API class any more: the PDB (1.20 serves only v1beta1) through plain REST
+    pdbs = ("policy", "v1beta1", ns, "poddisruptionbudgets")
+    world.custom.create_namespaced_custom_object(*pdbs, {
         "apiVersion": "policy/v1beta1", "kind": "PodDisruptionBudget", "metadata": {"name": "db"},
         "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "db"}}}})
-    wait_for("PDB observed", lambda: policy.read_namespaced_pod_disruption_budget(ns, "db").status.observed_generation,
-             timeout=30)
+    wait_for("PDB observed", lambda: (world.custom.get_namespaced_custom_object(*pdbs, "db").get("status") or {}
+                                      ).get("expectedPods") == 2, timeout=30)
     claims = world.nodeclaims(pool)
     name = claims[0]["metadata"]["name"]
     node_name = claims[0]["status"]["nodeName"]
@@ -70,6 +71,6 @@ def test_drain_waits_for_a_pdb(world: World, kubelet, start_controller):
     events = [e for e in world.core.list_namespaced_event("default").items if e.reason == "FailedDraining"]
     assert events, "no FailedDraining event while the PDB blocks"
     # the budget allows it now: the drain completes and the NodeClaim goes
-    policy.patch_namespaced_pod_disruption_budget("db", ns, {"spec": {"maxUnavailable": 2}})
+    world.custom.patch_namespaced_custom_object(*pdbs, "db", {"spec": {"maxUnavailable": 2}})
     wait_for("NodeClaim gone", lambda: _gone(world.custom.get_cluster_custom_object, "karpenter.sh", "v1",
                                              "nodeclaims", name), timeout=120)
