@@ -299,11 +299,35 @@ def _observe_state(cluster: Cluster, stop: threading.Event) -> None:
     from controller import metrics as M
 
     def loop(stop: threading.Event) -> None:
+        ticks = 0
         while not stop.wait(1.0):
             M.CLUSTER_STATE_SYNCED.set(1 if cluster.synced() else 0)
             M.CLUSTER_STATE_NODE_COUNT.set(len(cluster.nodes()))
+            ticks += 1
+            if ticks % 10 == 1:
+                _pod_states(cluster, M.PODS_STATE)
 
     _thread("state-metrics", loop, stop)
+
+
+def _pod_states(cluster: Cluster, gauge: Any) -> None:
+    """karpenter_pods_state: one series per pod, with its node's NodePool, zone, arch, capacity and instance type.
+    Rebuilt from the cache each time, so deleted pods leave no series behind."""
+    nodes = {n["metadata"]["name"]: (n["metadata"].get("labels") or {}) for n in cluster.nodes()}
+    gauge.clear()
+    for pod in cluster.pods():
+        meta, spec, status = pod["metadata"], pod.get("spec") or {}, pod.get("status") or {}
+        node = str(spec.get("nodeName") or "")
+        labels = nodes.get(node, {})
+        owner = next((f"{r.get('kind')}/{r.get('name')}" for r in meta.get("ownerReferences") or []
+                      if r.get("controller")), "")
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+        gauge.labels(name=meta.get("name", ""), namespace=meta.get("namespace", ""), owner=owner, node=node,
+                     scheduled=str(bool(node)).lower(), nodepool=labels.get(L.NODEPOOL, ""),
+                     zone=labels.get(L.ZONE, ""), arch=labels.get(L.ARCH, ""),
+                     capacity_type=labels.get(L.CAPACITY_TYPE, ""), instance_type=labels.get(L.INSTANCE_TYPE, ""),
+                     phase=str(status.get("phase", "")), ready=str(ready).lower(),
+                     managed=str(L.NODEPOOL in labels).lower()).set(1)
 
 
 if __name__ == "__main__":  # pragma: no cover - `karpy controller` is the entry point
