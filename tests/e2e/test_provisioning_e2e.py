@@ -71,7 +71,7 @@ def test_scale_up_deployment_to_bound_pods(world: World, kubelet, start_controll
     assert "karpenter_nodeclaims_created_total{" in text
     assert f'nodepool="{pool}"' in text
     assert "karpenter_cluster_state_synced 1.0" in text
-    assert f'karpenter_pods_state{{' in text and f'namespace="{ns}"' in text
+    assert 'karpenter_pods_state{' in text and f'namespace="{ns}"' in text
     assert controller.stop() == 0
 
 
