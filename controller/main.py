@@ -136,6 +136,10 @@ def wire(settings: Settings, client: KubeClient, cloud: CloudProvider, aws: Any,
         name = obj["metadata"]["name"]
         if event == "DELETED":
             provisioner.trigger()
+            # a node class being deleted waits on its NodeClaims: look again now that one is gone
+            ref = ((obj.get("spec") or {}).get("nodeClassRef") or {}).get("name")
+            if ref:
+                c_nodeclass.queue.add(str(ref))
         elif obj["metadata"].get("deletionTimestamp"):
             c_claim_term.queue.add(name)
         else:
