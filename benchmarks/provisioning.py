@@ -169,8 +169,8 @@ def run_once(pods: int, cloud: str, localstack: str | None) -> dict[str, Any]:
                 import boto3
 
                 assert localstack is not None
-                kw = {"region_name": "us-east-1", "endpoint_url": localstack, "aws_access_key_id": "test",
-                      "aws_secret_access_key": "test"}
+                kw: dict[str, Any] = {"region_name": "us-east-1", "endpoint_url": localstack,
+                                      "aws_access_key_id": "test", "aws_secret_access_key": "test"}
                 made = create_aws_world(boto3.client("ec2", **kw), boto3.client("iam", **kw),
                                         boto3.client("sqs", **kw), cluster, octet=90)
                 create_nodeclass(custom, cluster, made)
@@ -194,15 +194,17 @@ def run_once(pods: int, cloud: str, localstack: str | None) -> dict[str, Any]:
                 time.sleep(0.2)
             time.sleep(3)  # the NodeClass is marked ready and NodePool status settles
             ns = "bench"
-            core.create_namespace({"metadata": {"name": ns}})
+            namespace: Any = {"metadata": {"name": ns}}
+            core.create_namespace(namespace)
             rec = Recorder(api, ns)
             rec.start()
             apps = client.AppsV1Api(api)
             for d in range(10):
-                apps.create_namespaced_deployment(ns, {
+                deployment: Any = {
                     "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": f"app{d}"},
                     "spec": {"replicas": pods // 10, "selector": {"matchLabels": {"app": f"app{d}"}},
-                             "template": {"metadata": {"labels": {"app": f"app{d}"}}, "spec": _pod_spec(pool)}}})
+                             "template": {"metadata": {"labels": {"app": f"app{d}"}}, "spec": _pod_spec(pool)}}}
+                apps.create_namespaced_deployment(ns, deployment)
             deadline = time.monotonic() + 600
             while len(rec.unschedulable) < pods and time.monotonic() < deadline:
                 time.sleep(0.2)

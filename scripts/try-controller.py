@@ -22,6 +22,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -66,7 +67,7 @@ def main() -> int:
             time.sleep(0.2)
         install_crds(api)
         cluster = f"try-{uuid.uuid4().hex[:6]}"
-        kw = {"region_name": "us-east-1", "endpoint_url": endpoint, "aws_access_key_id": "test",
+        kw: dict[str, Any] = {"region_name": "us-east-1", "endpoint_url": endpoint, "aws_access_key_id": "test",
               "aws_secret_access_key": "test"}
         made = create_aws_world(boto3.client("ec2", **kw), boto3.client("iam", **kw), boto3.client("sqs", **kw),
                                 cluster)
@@ -87,12 +88,13 @@ def main() -> int:
         controller = subprocess.Popen([sys.executable, "-c", "import cli; cli.main()", "controller"], cwd=ROOT,
                                       env=env)
         if a.demo:
-            client.AppsV1Api(api).create_namespaced_deployment("default", {
+            demo: Any = {
                 "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "demo"},
                 "spec": {"replicas": a.demo, "selector": {"matchLabels": {"app": "demo"}},
                          "template": {"metadata": {"labels": {"app": "demo"}}, "spec": {"containers": [{
                              "name": "app", "image": "registry.k8s.io/pause:3.9",
-                             "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}]}}}})
+                             "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}]}}}}
+            client.AppsV1Api(api).create_namespaced_deployment("default", demo)
         return controller.wait()
     except KeyboardInterrupt:
         return 0

@@ -38,7 +38,7 @@ def wait_for(what: str, probe: Callable[[], T | None], timeout: float = 60.0, in
         except client.ApiException as e:
             last = f"ApiException {e.status}"
         if last:
-            return last  # type: ignore[return-value]
+            return last
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {str(last)[:300]})")
 
@@ -148,7 +148,8 @@ class KubeletSim:
         self._run_pods()
         if not self.register_enabled:
             return
-        claims = self.custom.list_cluster_custom_object("karpenter.sh", "v1", "nodeclaims")["items"]
+        listed: Any = self.custom.list_cluster_custom_object("karpenter.sh", "v1", "nodeclaims")
+        claims: list[dict[str, Any]] = listed["items"]
         for claim in claims:
             status = claim.get("status") or {}
             pid = status.get("providerID")
@@ -174,7 +175,7 @@ class KubeletSim:
         if not mine:
             return
         for pod in self.kubelet.core.list_pod_for_all_namespaces(field_selector="status.phase=Pending").items:
-            if pod.spec.node_name in mine and not pod.metadata.deletion_timestamp:
+            if str(pod.spec.node_name) in mine and not pod.metadata.deletion_timestamp:
                 now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
                 ready = [{"type": t, "status": "True", "lastTransitionTime": now}
                          for t in ("Initialized", "Ready", "ContainersReady", "PodScheduled")]

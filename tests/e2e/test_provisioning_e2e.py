@@ -3,6 +3,7 @@ launched with Karpenter's tags, Nodes registered and initialized, pods bound by 
 
 from __future__ import annotations
 
+import functools
 import urllib.request
 
 import pytest
@@ -11,6 +12,10 @@ from tests.e2e.conftest import World, nodepool_name
 from tests.e2e.harness import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.kube, pytest.mark.localstack]
+
+
+def _claim_ready(world: World, name: str) -> bool:
+    return _ready(world.custom.get_cluster_custom_object("karpenter.sh", "v1", "nodeclaims", name))
 
 
 def _ready(claim: dict) -> bool:
@@ -28,8 +33,8 @@ def test_scale_up_deployment_to_bound_pods(world: World, kubelet, start_controll
     claims = world.nodeclaims(pool)
     assert claims, "no NodeClaim for the pool"
     for claim in claims:
-        wait_for(f"{claim['metadata']['name']} Ready", lambda c=claim: _ready(world.custom.get_cluster_custom_object(
-            "karpenter.sh", "v1", "nodeclaims", c["metadata"]["name"])), timeout=60)
+        name = claim["metadata"]["name"]
+        wait_for(f"{name} Ready", functools.partial(_claim_ready, world, name), timeout=60)
     claim = world.custom.get_cluster_custom_object("karpenter.sh", "v1", "nodeclaims", claims[0]["metadata"]["name"])
     meta, spec, status = claim["metadata"], claim["spec"], claim["status"]
     # shaped as Karpenter's NodeClaims

@@ -6,10 +6,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from kubernetes import client
+from tests.crds import install_crds
 
-from controller.api.crds import crd_manifests
-from tests.e2e.harness import wait_for
+__all__ = ["create_aws_world", "create_nodeclass", "install_crds"]
 
 
 def create_aws_world(ec2: Any, iam: Any, sqs: Any, cluster: str, octet: int = 77) -> dict[str, str]:
@@ -29,25 +28,6 @@ def create_aws_world(ec2: Any, iam: Any, sqs: Any, cluster: str, octet: int = 77
     queue_name = f"{cluster}-interruption"
     queue_url = sqs.create_queue(QueueName=queue_name)["QueueUrl"]
     return {"image": image, "role": role, "queue_name": queue_name, "queue_url": queue_url}
-
-
-def install_crds(api: Any) -> None:
-    """Create karpy's CRDs (if absent) and wait until they are established."""
-    ext = client.ApiextensionsV1Api(api)
-    for crd in crd_manifests():
-        try:
-            ext.create_custom_resource_definition(crd)
-        except client.ApiException as e:
-            if e.status != 409:
-                raise
-            # a reused server: bring its CRD up to this version of karpy
-            current = ext.read_custom_resource_definition(crd["metadata"]["name"])
-            crd = {**crd, "metadata": {**crd["metadata"], "resourceVersion": current.metadata.resource_version}}
-            ext.replace_custom_resource_definition(crd["metadata"]["name"], crd)
-    for crd in crd_manifests():
-        wait_for(f"CRD {crd['metadata']['name']} established", lambda c=crd: any(
-            cond.type == "Established" and cond.status == "True"
-            for cond in ext.read_custom_resource_definition(c["metadata"]["name"]).status.conditions or []), 30)
 
 
 def create_nodeclass(custom: Any, cluster: str, made: dict[str, str]) -> None:

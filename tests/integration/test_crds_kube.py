@@ -3,14 +3,13 @@ apiserver applying the same defaults karpy's models do."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
 from kubernetes import client
 
 from controller.api import load_documents, parse_ec2nodeclass, parse_nodepool
-from controller.api.crds import crd_manifests
+from tests.crds import install_crds
 
 pytestmark = [pytest.mark.kube, pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")]
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -18,22 +17,7 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 @pytest.fixture(scope="module")
 def crds(kube_api):
-    ext = client.ApiextensionsV1Api(kube_api)
-    for crd in crd_manifests():
-        try:
-            ext.create_custom_resource_definition(crd)
-        except client.ApiException as e:
-            if e.status != 409:
-                raise
-    deadline = time.monotonic() + 30
-    for crd in crd_manifests():
-        while True:
-            got = ext.read_custom_resource_definition(crd["metadata"]["name"])
-            conds = {c.type: c.status for c in got.status.conditions or []}
-            if conds.get("Established") == "True":
-                break
-            assert time.monotonic() < deadline, f"{crd['metadata']['name']} not established: {conds}"
-            time.sleep(0.2)
+    install_crds(kube_api)
     return client.CustomObjectsApi(kube_api)
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import functools
 import json
 import threading
 import time
@@ -23,7 +22,6 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from controller.api.crds import crd_manifests
 from controller.cloud.aws.interruption import DELETED, RECEIVED
 from controller.garbagecollection.controller import INSTANCES, NODECLAIMS, GarbageCollector
 from controller.interruption.controller import NODECLAIMS_DELETED, UNKNOWN_INSTANCE, InterruptionController
@@ -32,6 +30,7 @@ from controller.kube.client import KubeClient
 from controller.kube.errors import NotFoundError
 from controller.kube.events import Recorder
 from controller.state.cluster import Cluster
+from tests.crds import install_crds
 from tests.integration.aws_world import make_world
 from tests.integration.kubelet import FakeKubelet
 
@@ -51,20 +50,7 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float = 30.0) -> Any:
 
 @pytest.fixture(scope="module")
 def crds(kube_api: Any) -> None:
-    ext = client.ApiextensionsV1Api(kube_api)
-    for crd in crd_manifests():
-        try:
-            ext.create_custom_resource_definition(crd)
-        except client.ApiException as e:
-            if e.status != 409:
-                raise
-    def established(name: str) -> bool:
-        conditions = ext.read_custom_resource_definition(name).status.conditions or []
-        return any(x.type == "Established" and x.status == "True" for x in conditions)
-
-    for crd in crd_manifests():
-        name = str(crd["metadata"]["name"])
-        wait_for(f"{name} established", functools.partial(established, name))
+    install_crds(kube_api)
 
 
 @pytest.fixture(scope="module")

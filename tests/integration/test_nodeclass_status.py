@@ -5,7 +5,6 @@ NodeClaims of the class, then removes the instance profile and the launch templa
 from __future__ import annotations
 
 import contextlib
-import functools
 import threading
 import time
 import uuid
@@ -16,7 +15,6 @@ import pytest
 from botocore.exceptions import ClientError
 from kubernetes import client
 
-from controller.api.crds import crd_manifests
 from controller.cloud.aws.instanceprofiles import profile_name
 from controller.kube import resources as R
 from controller.kube.client import KubeClient
@@ -24,6 +22,7 @@ from controller.kube.errors import NotFoundError
 from controller.kube.events import Recorder
 from controller.nodeclass.status import TERMINATION_FINALIZER, NodeClassController
 from controller.state.cluster import Cluster
+from tests.crds import install_crds
 from tests.integration.aws_world import make_world
 
 pytestmark = [pytest.mark.localstack, pytest.mark.kube,
@@ -42,20 +41,7 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float = 30.0) -> Any:
 
 @pytest.fixture(scope="module")
 def crds(kube_api: Any) -> None:
-    ext = client.ApiextensionsV1Api(kube_api)
-    for crd in crd_manifests():
-        try:
-            ext.create_custom_resource_definition(crd)
-        except client.ApiException as e:
-            if e.status != 409:
-                raise
-    def established(name: str) -> bool:
-        conditions = ext.read_custom_resource_definition(name).status.conditions or []
-        return any(x.type == "Established" and x.status == "True" for x in conditions)
-
-    for crd in crd_manifests():
-        name = str(crd["metadata"]["name"])
-        wait_for(f"{name} established", functools.partial(established, name))
+    install_crds(kube_api)
 
 
 @pytest.fixture(scope="module")

@@ -14,10 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from kubernetes import client as k8s
 
 from controller.api import labels as L
-from controller.api.crds import crd_manifests
 from controller.cloud.errors import NodeClaimNotFoundError
 from controller.cloud.provider import LaunchedNode
 from controller.kube import resources as R
@@ -28,6 +26,7 @@ from controller.kube.workqueue import Result
 from controller.state.cluster import Cluster
 from controller.termination import drain as D
 from controller.termination.controller import Terminator
+from tests.crds import install_crds
 from tests.integration.kubelet import FakeKubelet
 
 pytestmark = [pytest.mark.kube, pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")]
@@ -95,21 +94,7 @@ class World:
 
 @pytest.fixture(scope="module")
 def world(kubeconfig: str, kube_api: Any) -> Iterator[World]:
-    ext = k8s.ApiextensionsV1Api(kube_api)
-    for crd in crd_manifests():
-        try:
-            ext.create_custom_resource_definition(crd)
-        except k8s.ApiException as e:
-            if e.status != 409:
-                raise
-    deadline = time.monotonic() + 30
-    for crd in crd_manifests():
-        while True:
-            got = ext.read_custom_resource_definition(crd["metadata"]["name"])
-            if {c.type: c.status for c in got.status.conditions or []}.get("Established") == "True":
-                break
-            assert time.monotonic() < deadline, f"{crd['metadata']['name']} not established"
-            time.sleep(0.2)
+    install_crds(kube_api)
     kube = KubeClient.from_environment(kubeconfig)
     cluster = Cluster(kube)
     stop = threading.Event()

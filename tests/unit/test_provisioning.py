@@ -23,7 +23,7 @@ from controller.state.cluster import is_provisionable
 
 
 def _pod(**overrides):
-    pod = {"metadata": {"name": "p", "namespace": "default"}, "spec": {"containers": []},
+    pod: dict = {"metadata": {"name": "p", "namespace": "default"}, "spec": {"containers": []},
            "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
                                                           "reason": "Unschedulable"}]}}
     for path, value in overrides.items():
