@@ -14,6 +14,11 @@ def now_rfc3339() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def format_time(epoch: float) -> str:
+    """Epoch seconds as the API writes timestamps."""
+    return dt.datetime.fromtimestamp(epoch, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def get(status: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:
     """The condition of that type in a status dict."""
     for c in (status or {}).get("conditions") or []:
@@ -23,8 +28,9 @@ def get(status: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:
 
 
 def set_condition(status: dict[str, Any], type_: str, value: bool | None, reason: str = "", message: str = "",
-                  generation: int | None = None) -> bool:
-    """Set a condition in status (True/False/Unknown for None); returns whether anything changed."""
+                  generation: int | None = None, now: float | None = None) -> bool:
+    """Set a condition in status (True/False/Unknown for None), stamped `now` (epoch seconds; default the current
+    time) when it changes; returns whether anything changed."""
     text = "Unknown" if value is None else ("True" if value else "False")
     reason = reason or (type_ if value else f"Not{type_}" if value is False else "AwaitingReconciliation")
     message = message[:MAX_MESSAGE]
@@ -36,7 +42,8 @@ def set_condition(status: dict[str, Any], type_: str, value: bool | None, reason
         return False
     # an empty message is left out: a 1.20 apiserver turns "" into null in a merge-patched custom resource
     cond: dict[str, Any] = {"type": type_, "status": text, "reason": reason,
-                            **({"message": message} if message else {}), "lastTransitionTime": now_rfc3339()}
+                            **({"message": message} if message else {}),
+                            "lastTransitionTime": now_rfc3339() if now is None else format_time(now)}
     if current is not None and current.get("status") == text:
         cond["lastTransitionTime"] = current.get("lastTransitionTime") or cond["lastTransitionTime"]
     if generation is not None:

@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from controller.api import conditions as C
 from controller.api import labels as L
 
 Obj = dict[str, Any]
@@ -71,9 +72,7 @@ def parse_time(value: Any) -> float | None:
     return parsed.timestamp()
 
 
-def format_time(epoch: float) -> str:
-    """Epoch seconds as RFC 3339 in UTC, second precision (as the API and Go's time.RFC3339 write them)."""
-    return dt.datetime.fromtimestamp(int(epoch), dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+format_time = C.format_time  # epoch seconds as RFC 3339 in UTC, second precision (as Go's time.RFC3339 writes)
 
 
 def termination_timestamp(nodeclaim: Obj) -> str | None:
@@ -325,35 +324,13 @@ def is_ready(node: Obj) -> bool:
 
 # ---- conditions ------------------------------------------------------------------------------------------------
 
-def get_condition(status: Obj | None, type_: str) -> Obj | None:
-    """The condition of that type in a status dict."""
-    for c in (status or {}).get("conditions") or []:
-        if isinstance(c, dict) and c.get("type") == type_:
-            return c
-    return None
+get_condition = C.get
 
 
 def set_condition(status: Obj, type_: str, value: str, reason: str, message: str, now: float,
                   generation: int | None = None) -> bool:
-    """Set a condition in Karpenter's shape (type, status, reason, message, lastTransitionTime, observedGeneration),
-    keeping lastTransitionTime while the status does not change; returns whether anything changed."""
-    conditions = status.setdefault("conditions", [])
-    current = get_condition(status, type_)
-    if current is not None and current.get("status") == value and current.get("reason") == reason \
-            and current.get("message", "") == message and current.get("observedGeneration") == generation:
-        return False
-    # an empty message is left out: the 1.20 apiserver rejects "" in a CRD's status as null
-    cond: Obj = {"type": type_, "status": value, "reason": reason, **({"message": message} if message else {}),
-                 "lastTransitionTime": format_time(now)}
-    if current is not None and current.get("status") == value and current.get("lastTransitionTime"):
-        cond["lastTransitionTime"] = current["lastTransitionTime"]
-    if generation is not None:
-        cond["observedGeneration"] = generation
-    if current is None:
-        conditions.append(cond)
-    else:
-        conditions[conditions.index(current)] = cond
-    return True
+    """controller.api.conditions.set_condition with the status given as "True", "False" or "Unknown"."""
+    return C.set_condition(status, type_, {"True": True, "False": False}.get(value), reason, message, generation, now)
 
 
 # ---- eviction backoff ------------------------------------------------------------------------------------------
