@@ -79,14 +79,18 @@ def build_cloud(settings: Settings, client: KubeClient) -> tuple[CloudProvider, 
     from controller.cloud.aws.pricing import PricingProvider
     from controller.cloud.aws.provider import AWSCloudProvider
 
-    clients = make_clients(settings.aws_region, settings.aws_endpoint_url or None, pricing=not settings.isolated_vpc)
+    # no AWS_REGION: botocore's chain (AWS_DEFAULT_REGION, the config file, instance metadata) decides
+    clients = make_clients(settings.aws_region or None, settings.aws_endpoint_url or None,
+                           pricing=not settings.isolated_vpc)
+    region = str(clients.ec2.meta.region_name)
     # bundled on-demand prices stand in until (or where) the Pricing API answers
     fallback = PriceTable(on_demand={it.name: min(o.price for o in it.offerings if o.capacity_type == "on-demand")
                                      for it in load_catalog().instance_types
                                      if any(o.capacity_type == "on-demand" for o in it.offerings)})
-    types = InstanceTypeProvider(clients.ec2, PricingProvider(clients.pricing, clients.ec2, settings.aws_region,
-                                                              fallback), settings.aws_region)
-    provider = AWSCloudProvider(cluster=_cluster_info(settings, client, clients), region=settings.aws_region,
+    types = InstanceTypeProvider(clients.ec2, PricingProvider(clients.pricing, clients.ec2, region, fallback), region,
+                                 vm_memory_overhead_percent=settings.vm_memory_overhead_percent,
+                                 reserved_enis=settings.reserved_enis)
+    provider = AWSCloudProvider(cluster=_cluster_info(settings, client, clients), region=region,
                                 k8s_version=client.server_version(), ec2=clients.ec2, ssm=clients.ssm,
                                 iam=clients.iam, instance_types=types)
     return provider, clients

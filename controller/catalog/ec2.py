@@ -93,23 +93,25 @@ def _labels(info: dict[str, Any], region: str) -> dict[str, str]:
     return out
 
 
-def default_max_pods(info: dict[str, Any]) -> int:
-    """ENI-limited pod density, Karpenter's default when the EC2NodeClass sets no maxPods."""
+def default_max_pods(info: dict[str, Any], reserved_enis: int = 0) -> int:
+    """ENI-limited pod density, Karpenter's default when the EC2NodeClass sets no maxPods; RESERVED_ENIS are ENIs the
+    VPC CNI may not use for pods (custom networking)."""
     net = info.get("NetworkInfo") or {}
-    return eni_limited_max_pods(int(net.get("MaximumNetworkInterfaces") or 1), int(net.get("Ipv4AddressesPerInterface")
-                                                                                   or 2))
+    enis = max(0, int(net.get("MaximumNetworkInterfaces") or 1) - reserved_enis)
+    return eni_limited_max_pods(enis, int(net.get("Ipv4AddressesPerInterface") or 2))
 
 
 def instance_type_from_ec2(info: dict[str, Any], offerings: list[Offering], *, region: str, max_pods: int | None = None,
                            ami_family: str = "al2023", kubelet: dict[str, Any] | None = None,
-                           vm_memory_overhead_percent: float = DEFAULT_VM_MEMORY_OVERHEAD_PERCENT) -> InstanceType:
+                           vm_memory_overhead_percent: float = DEFAULT_VM_MEMORY_OVERHEAD_PERCENT,
+                           reserved_enis: int = 0) -> InstanceType:
     """One DescribeInstanceTypes item -> InstanceType with Karpenter's labels, capacity and overhead.
 
     `kubelet` is the EC2NodeClass's spec.kubelet (maxPods, podsPerCore, kubeReserved, systemReserved, evictionHard).
     """
     kubelet = kubelet or {}
     vcpus = int(info["VCpuInfo"]["DefaultVCpus"])
-    pods = max_pods or kubelet.get("maxPods") or default_max_pods(info)
+    pods = max_pods or kubelet.get("maxPods") or default_max_pods(info, reserved_enis)
     if kubelet.get("podsPerCore"):
         pods = min(pods, int(kubelet["podsPerCore"]) * vcpus)
     capacity: dict[str, int] = {

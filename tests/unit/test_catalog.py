@@ -130,3 +130,17 @@ def test_benchmark_catalog_matches_karpenter():
     assert {(o.zone, o.capacity_type) for o in t.offerings} == {
         ("test-zone-1", "spot"), ("test-zone-2", "spot"), ("test-zone-1", "on-demand"), ("test-zone-2", "on-demand"),
         ("test-zone-3", "on-demand")}
+
+
+def test_vm_memory_overhead_and_reserved_enis_shape_capacity():
+    from controller.catalog.ec2 import instance_type_from_ec2
+
+    info = {"InstanceType": "m5.large", "VCpuInfo": {"DefaultVCpus": 2}, "MemoryInfo": {"SizeInMiB": 8192},
+            "NetworkInfo": {"MaximumNetworkInterfaces": 3, "Ipv4AddressesPerInterface": 10},
+            "ProcessorInfo": {"SupportedArchitectures": ["x86_64"]}}
+    default = instance_type_from_ec2(info, [], region="us-east-1")
+    tuned = instance_type_from_ec2(info, [], region="us-east-1", vm_memory_overhead_percent=0.1, reserved_enis=1)
+    assert default.capacity["pods"] == 3 * 9 + 2  # Karpenter's ENI-limited max pods
+    assert tuned.capacity["pods"] == 2 * 9 + 2  # one ENI kept out for custom networking
+    assert default.capacity["memory"] == int(8192 * 0.925) * 1024**2
+    assert tuned.capacity["memory"] == int(8192 * 0.9) * 1024**2

@@ -37,14 +37,14 @@ class AWSClients:
     eks: Any | None = None  # DescribeCluster, for the endpoint and CA bundle when CLUSTER_ENDPOINT is not set
 
 
-def make_clients(region: str, endpoint_url: str | None = None, mode: str = "adaptive",
+def make_clients(region: str | None, endpoint_url: str | None = None, mode: str = "adaptive",
                  max_attempts: int = DEFAULT_MAX_ATTEMPTS, pricing: bool = True) -> AWSClients:
     """Clients for region; endpoint_url points them at LocalStack or a VPC endpoint. The Pricing API is served from
     us-east-1 whatever the region; pass pricing=False where it cannot be reached (isolated VPCs)."""
     cfg = client_config(mode, max_attempts)
     session: Any = boto3.session.Session()
 
-    def make(service: str, where: str = region, config: Config = cfg) -> Any:
+    def make(service: str, where: str | None = region, config: Config = cfg) -> Any:
         return session.client(service, region_name=where, endpoint_url=endpoint_url, config=config)
 
     return AWSClients(ec2=make("ec2"), ssm=make("ssm"), iam=make("iam"), sqs=make("sqs"),

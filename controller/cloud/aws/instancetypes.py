@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from controller.api import labels as L
+from controller.catalog.allocatable import DEFAULT_VM_MEMORY_OVERHEAD_PERCENT
 from controller.catalog.ec2 import describe_instance_data, instance_type_from_ec2
 from controller.catalog.types import InstanceType, Offering
 from controller.cloud.aws.pricing import PricingProvider
@@ -22,13 +23,17 @@ class InstanceTypeProvider:
     """Cached, refreshed instance types of one region."""
 
     def __init__(self, ec2: Any, pricing: PricingProvider, region: str, unavailable: UnavailableOfferings | None = None,
-                 ttl_seconds: float = DEFAULT_TTL_SECONDS, clock: Callable[[], float] = time.monotonic) -> None:
+                 ttl_seconds: float = DEFAULT_TTL_SECONDS, clock: Callable[[], float] = time.monotonic,
+                 vm_memory_overhead_percent: float = DEFAULT_VM_MEMORY_OVERHEAD_PERCENT,
+                 reserved_enis: int = 0) -> None:
         self.ec2 = ec2
         self.pricing = pricing
         self.region = region
         self.unavailable = unavailable or UnavailableOfferings()
         self.ttl = ttl_seconds
         self.clock = clock
+        self.vm_memory_overhead_percent = vm_memory_overhead_percent  # VM_MEMORY_OVERHEAD_PERCENT
+        self.reserved_enis = reserved_enis  # RESERVED_ENIS
         self._infos: list[dict[str, Any]] = []
         self._zones: dict[str, list[str]] = {}
         self._fetched_at: float | None = None
@@ -70,7 +75,9 @@ class InstanceTypeProvider:
             cached = self._cache.get(key)
             if cached is None:
                 cached = [instance_type_from_ec2(i, self._offerings(i), region=self.region, ami_family=ami_family,
-                                                 kubelet=kubelet) for i in self._infos if self._zones.get(
-                                                     i["InstanceType"])]
+                                                 kubelet=kubelet,
+                                                 vm_memory_overhead_percent=self.vm_memory_overhead_percent,
+                                                 reserved_enis=self.reserved_enis)
+                          for i in self._infos if self._zones.get(i["InstanceType"])]
                 self._cache[key] = cached
             return cached
