@@ -6,6 +6,7 @@ scheduler's inputs, so the dry run and the controller decide the same way. Bindi
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -65,13 +66,21 @@ def nodeclass_not_ready(nodeclass: dict[str, Any] | None, ref_name: str) -> str:
     return ""
 
 
+def without_preferences(pod: Pod) -> Pod:
+    """PREFERENCE_POLICY=Ignore, as Karpenter does it: preferred node and pod (anti-)affinity and ScheduleAnyway
+    spread constraints dropped before scheduling, instead of relaxed one at a time."""
+    return dataclasses.replace(pod, preferred_node=(), preferred_affinity=(), preferred_anti_affinity=(),
+                               spread=tuple(c for c in pod.spread if c.hard), class_key=None)
+
+
 class Provisioner:
     """Runs scheduling passes on batches of provisionable pods and creates the NodeClaims they need."""
 
     def __init__(self, cluster: Cluster, client: KubeClient, cloud: CloudProvider, recorder: Recorder,
                  batcher: Batcher | None = None, is_leader: Callable[[], bool] = lambda: True,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, preference_policy: str = "Respect") -> None:
         self.cluster = cluster
+        self.preference_policy = preference_policy  # PREFERENCE_POLICY: Respect, or Ignore preferences up front
         self.client = client
         self.cloud = cloud
         self.recorder = recorder
@@ -277,7 +286,8 @@ class Provisioner:
         for raw in raw_pods:
             raw_by_key[key_of(raw)] = raw
             try:
-                pods.append(inputs.scheduling_pod(raw))
+                pod = inputs.scheduling_pod(raw)
+                pods.append(without_preferences(pod) if self.preference_policy == "Ignore" else pod)
             except inputs.InputError as e:
                 results.unschedulable[key_of(raw)] = str(e)[:300]
                 self.recorder.publish(raw, "Warning", "FailedScheduling", f"Failed to schedule pod, {str(e)[:300]}")

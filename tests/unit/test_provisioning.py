@@ -175,3 +175,24 @@ def _node(ready="True", taints=(), allocatable=None):
 def test_initialization_rules(claim_spec, node, why):
     lc = LifecycleController.__new__(LifecycleController)
     assert lc._not_initialized({"spec": claim_spec}, node) == why
+
+
+def test_preference_policy_ignore_drops_preferences_up_front():
+    from controller.provisioning.inputs import scheduling_pod
+    from controller.provisioning.provisioner import without_preferences
+
+    raw = {"metadata": {"name": "p", "namespace": "default", "labels": {"app": "a"}},
+           "spec": {"containers": [{"name": "c"}],
+                    "affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                        {"weight": 1, "preference": {"matchExpressions": [
+                            {"key": L.ZONE, "operator": "In", "values": ["us-east-1a"]}]}}]}},
+                    "topologySpreadConstraints": [
+                        {"maxSkew": 1, "topologyKey": L.ZONE, "whenUnsatisfiable": "ScheduleAnyway",
+                         "labelSelector": {"matchLabels": {"app": "a"}}},
+                        {"maxSkew": 1, "topologyKey": L.HOSTNAME, "whenUnsatisfiable": "DoNotSchedule",
+                         "labelSelector": {"matchLabels": {"app": "a"}}}]}}
+    pod = scheduling_pod(raw)
+    assert pod.preferred_node and len(pod.spread) == 2
+    ignored = without_preferences(pod)
+    assert ignored.preferred_node == () and [c.topology_key for c in ignored.spread] == [L.HOSTNAME]
+    assert ignored.class_key != pod.class_key  # pods with and without preferences are not one class
