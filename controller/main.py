@@ -72,8 +72,7 @@ def build_cloud(settings: Settings, client: KubeClient) -> tuple[CloudProvider, 
         from controller.cloud.fake.provider import FakeCloudProvider
 
         return FakeCloudProvider(), None
-    from controller.catalog.pricing import PriceTable
-    from controller.catalog.snapshot import load_catalog
+    from controller.catalog.snapshot import load_prices
     from controller.cloud.aws.clients import make_clients
     from controller.cloud.aws.instancetypes import InstanceTypeProvider
     from controller.cloud.aws.pricing import PricingProvider
@@ -81,12 +80,9 @@ def build_cloud(settings: Settings, client: KubeClient) -> tuple[CloudProvider, 
 
     # no AWS_REGION: botocore's chain (AWS_DEFAULT_REGION, the config file, instance metadata) decides
     clients = make_clients(settings.aws_region or None, settings.aws_endpoint_url or None,
-                           pricing=not settings.isolated_vpc)
+                           pricing=not settings.isolated_vpc, eks=not settings.cluster_endpoint)
     region = str(clients.ec2.meta.region_name)
-    # bundled on-demand prices stand in until (or where) the Pricing API answers
-    fallback = PriceTable(on_demand={it.name: min(o.price for o in it.offerings if o.capacity_type == "on-demand")
-                                     for it in load_catalog().instance_types
-                                     if any(o.capacity_type == "on-demand" for o in it.offerings)})
+    fallback = load_prices()  # the bundled prices stand in until (or where) the Pricing API answers
     types = InstanceTypeProvider(clients.ec2, PricingProvider(clients.pricing, clients.ec2, region, fallback), region,
                                  vm_memory_overhead_percent=settings.vm_memory_overhead_percent,
                                  reserved_enis=settings.reserved_enis)

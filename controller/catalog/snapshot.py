@@ -149,6 +149,20 @@ def _read(path: Path, name: str) -> Catalog:
                    generated=doc["generated"], instance_types=types, _infos=infos)
 
 
+def load_prices(name: str = "aws-us-east-1") -> PriceTable:
+    """A bundled catalog's prices alone (no instance types built): the controller's fallback until, or where, the
+    Pricing API answers."""
+    with gzip.open(BUNDLED[name], "rb") as f:
+        doc = json.loads(f.read())
+    table = PriceTable()
+    for entry in doc["instanceTypes"]:
+        it = entry["info"]["InstanceType"]
+        table.on_demand[it] = float(entry["onDemand"])
+        for zone, price in entry["spot"].items():
+            table.spot[(it, zone)] = float(price)
+    return table
+
+
 def load_catalog(name_or_path: str = "aws-us-east-1") -> Catalog:
     """A bundled catalog by name (aws-us-east-1, benchmark) or a snapshot file written by write_snapshot."""
     if name_or_path == "benchmark":

@@ -38,7 +38,7 @@ class AWSClients:
 
 
 def make_clients(region: str | None, endpoint_url: str | None = None, mode: str = "adaptive",
-                 max_attempts: int = DEFAULT_MAX_ATTEMPTS, pricing: bool = True) -> AWSClients:
+                 max_attempts: int = DEFAULT_MAX_ATTEMPTS, pricing: bool = True, eks: bool = True) -> AWSClients:
     """Clients for region; endpoint_url points them at LocalStack or a VPC endpoint. The Pricing API is served from
     us-east-1 whatever the region; pass pricing=False where it cannot be reached (isolated VPCs)."""
     cfg = client_config(mode, max_attempts)
@@ -49,4 +49,4 @@ def make_clients(region: str | None, endpoint_url: str | None = None, mode: str 
 
     return AWSClients(ec2=make("ec2"), ssm=make("ssm"), iam=make("iam"), sqs=make("sqs"),
                       pricing=make("pricing", "us-east-1", PRICING_CONFIG) if pricing else None,
-                      eks=make("eks"))
+                      eks=make("eks") if eks else None)
