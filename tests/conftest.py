@@ -137,3 +137,33 @@ def kube_api(kubeconfig: str) -> Any:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.2)
+
+
+@pytest.fixture(scope="session")
+def crds(kube_api: Any) -> None:
+    """karpy's CRDs installed (or brought up to date) and established."""
+    from tests.kubetest import install_crds
+
+    install_crds(kube_api)
+
+
+@pytest.fixture(scope="module")
+def kube(kubeconfig: str, crds: None) -> Iterator[tuple[Any, Any, Any]]:
+    """A KubeClient, a started and synced Cluster and a Recorder against the control plane, for one test module."""
+    import threading
+
+    from controller.kube.client import KubeClient
+    from controller.kube.events import Recorder
+    from controller.state.cluster import Cluster
+
+    kc = KubeClient.from_environment(kubeconfig)
+    cluster = Cluster(kc)
+    recorder = Recorder(kc)
+    stop = threading.Event()
+    cluster.start(stop)
+    recorder.start(stop)
+    assert cluster.wait_synced(stop, timeout=60)
+    try:
+        yield kc, cluster, recorder
+    finally:
+        stop.set()

@@ -16,31 +16,18 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 from kubernetes import client
 
 from tests.integration.kubelet import FakeKubelet
+from tests.kubetest import wait_for
+
+__all__ = ["ControllerProcess", "KubeletSim", "wait_for"]
 
 ROOT = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
-
-
-def wait_for(what: str, probe: Callable[[], T | None], timeout: float = 60.0, interval: float = 0.25) -> T:
-    """Poll probe until it returns something truthy; fail naming what was awaited."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        try:
-            last = probe()
-        except client.ApiException as e:
-            last = f"ApiException {e.status}"
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {str(last)[:300]})")
 
 
 class ControllerProcess:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tests.crds import install_crds
+from tests.kubetest import install_crds
 
 __all__ = ["create_aws_world", "create_nodeclass", "install_crds"]
 

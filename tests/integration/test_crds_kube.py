@@ -9,7 +9,7 @@ import pytest
 from kubernetes import client
 
 from controller.api import load_documents, parse_ec2nodeclass, parse_nodepool
-from tests.crds import install_crds
+from tests.kubetest import install_crds
 
 pytestmark = [pytest.mark.kube, pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")]
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

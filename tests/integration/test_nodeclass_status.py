@@ -5,10 +5,8 @@ NodeClaims of the class, then removes the instance profile and the launch templa
 from __future__ import annotations
 
 import contextlib
-import threading
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -19,44 +17,12 @@ from controller.cloud.aws.instanceprofiles import profile_name
 from controller.kube import resources as R
 from controller.kube.client import KubeClient
 from controller.kube.errors import NotFoundError
-from controller.kube.events import Recorder
 from controller.nodeclass.status import TERMINATION_FINALIZER, NodeClassController
-from controller.state.cluster import Cluster
-from tests.crds import install_crds
 from tests.integration.aws_world import make_world
+from tests.kubetest import wait_for
 
 pytestmark = [pytest.mark.localstack, pytest.mark.kube,
               pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")]
-
-
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = check()
-        if got:
-            return got
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
-
-
-@pytest.fixture(scope="module")
-def crds(kube_api: Any) -> None:
-    install_crds(kube_api)
-
-
-@pytest.fixture(scope="module")
-def kube(kubeconfig: str, crds: None) -> Iterator[tuple[KubeClient, Cluster, Recorder]]:
-    kc = KubeClient.from_environment(kubeconfig)
-    cluster = Cluster(kc)
-    recorder = Recorder(kc)
-    stop = threading.Event()
-    cluster.start(stop)
-    recorder.start(stop)
-    assert cluster.wait_synced(stop, timeout=60)
-    try:
-        yield kc, cluster, recorder
-    finally:
-        stop.set()
 
 
 @pytest.fixture(scope="module")

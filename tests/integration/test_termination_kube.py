@@ -26,8 +26,8 @@ from controller.kube.workqueue import Result
 from controller.state.cluster import Cluster
 from controller.termination import drain as D
 from controller.termination.controller import Terminator
-from tests.crds import install_crds
 from tests.integration.kubelet import FakeKubelet
+from tests.kubetest import install_crds
 
 pytestmark = [pytest.mark.kube, pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")]
 

@@ -1,13 +1,17 @@
-"""karpy's CRDs on a test apiserver: created, or brought up to date on a reused server, and established."""
+"""Helpers for tests against the real apiserver: karpy's CRDs (created, or brought up to date on a reused server, and
+established), and polling until something holds."""
 
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from kubernetes import client
 
 from controller.api.crds import crd_manifests
+
+T = TypeVar("T")
 
 
 def _established(ext: Any, name: str) -> bool:
@@ -35,3 +39,16 @@ def install_crds(api: Any) -> None:
             time.sleep(0.2)
 
 
+def wait_for(what: str, probe: Callable[[], T | None], timeout: float = 60.0, interval: float = 0.25) -> T:
+    """Poll probe until it returns something truthy; fail naming what was awaited."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = probe()
+        except client.ApiException as e:
+            last = f"ApiException {e.status}"
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {str(last)[:300]})")
