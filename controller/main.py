@@ -110,7 +110,8 @@ def wire(settings: Settings, client: KubeClient, cloud: CloudProvider, aws: Any,
     rt = Runtime(cluster=cluster)
     provisioner = Provisioner(cluster, client, cloud, recorder,
                               Batcher(settings.batch_idle_duration, settings.batch_max_duration), is_leader,
-                              preference_policy=settings.preference_policy)
+                              preference_policy=settings.preference_policy,
+                              min_values_policy=settings.min_values_policy)
     lifecycle = LifecycleController(cluster, client, cloud, recorder, on_deleted=provisioner.trigger)
     terminator = Terminator(client, cluster, cloud, recorder)
     nodepools = NodePoolStatusController(cluster, client)

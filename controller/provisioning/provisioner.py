@@ -29,6 +29,7 @@ from controller.provisioning import inputs
 from controller.provisioning.batcher import Batcher
 from controller.provisioning.nodeclaimtemplate import nodeclaim_manifest
 from controller.scheduling.pod import Pod
+from controller.scheduling.requirements import Requirements
 from controller.scheduling.scheduler import Plan, Scheduler
 from controller.scheduling.types import ExistingNode, SchedNodePool
 from controller.state.cluster import Cluster, is_terminal, is_true, provider_id
@@ -73,13 +74,35 @@ def without_preferences(pod: Pod) -> Pod:
                                spread=tuple(c for c in pod.spread if c.hard), class_key=None)
 
 
+def relax_min_values(pool: SchedNodePool) -> SchedNodePool:
+    """The NodePool with its requirements' minValues dropped (MIN_VALUES_POLICY=BestEffort's second try)."""
+    reqs = Requirements([dataclasses.replace(r, min_values=None) for r in pool.requirements])
+    return dataclasses.replace(pool, requirements=reqs)
+
+
+def min_values_relaxed(nodepool: dict[str, Any], options: list[InstanceType]) -> bool:
+    """Whether a NodeClaim's instance-type options fall short of a minValues of its NodePool's requirements."""
+    tspec = (((nodepool.get("spec") or {}).get("template") or {}).get("spec") or {})
+    for r in tspec.get("requirements") or []:
+        need = r.get("minValues")
+        if not need:
+            continue
+        key = str(r.get("key"))
+        values = {it.name if key == L.INSTANCE_TYPE else it.labels.get(key) for it in options} - {None}
+        if len(values) < int(need):
+            return True
+    return False
+
+
 class Provisioner:
     """Runs scheduling passes on batches of provisionable pods and creates the NodeClaims they need."""
 
     def __init__(self, cluster: Cluster, client: KubeClient, cloud: CloudProvider, recorder: Recorder,
                  batcher: Batcher | None = None, is_leader: Callable[[], bool] = lambda: True,
-                 clock: Callable[[], float] = time.monotonic, preference_policy: str = "Respect") -> None:
+                 clock: Callable[[], float] = time.monotonic, preference_policy: str = "Respect",
+                 min_values_policy: str = "Strict") -> None:
         self.cluster = cluster
+        self.min_values_policy = min_values_policy  # MIN_VALUES_POLICY: Strict, or BestEffort relaxation
         self.preference_policy = preference_policy  # PREFERENCE_POLICY: Respect, or Ignore preferences up front
         self.client = client
         self.cloud = cloud
@@ -306,6 +329,13 @@ class Provisioner:
                  extra={"controller": "provisioner", "pending-pods": len(pods), "nodepools": len(pools),
                         "existing-nodes": len(existing)})
         plan = Scheduler(pools, existing, daemonsets).solve(pods)
+        if self.min_values_policy == "BestEffort" and plan.unschedulable and any(
+                r.min_values for p in pools for r in p.requirements):
+            # Karpenter's BestEffort: where minValues leaves pods unschedulable, launch with fewer distinct values
+            # (and say so on the NodeClaim) rather than not at all
+            relaxed = Scheduler([relax_min_values(p) for p in pools], existing, daemonsets).solve(pods)
+            if len(relaxed.unschedulable) < len(plan.unschedulable):
+                plan = relaxed
         M.SCHEDULING_DURATION.labels(controller="provisioner").observe(time.perf_counter() - started)
         self._act(plan, manifests, existing, raw_by_key, results)
         log.info("computed new nodeclaim(s) to fit pod(s)", extra={
@@ -344,6 +374,8 @@ class Provisioner:
                     requests[k] = requests.get(k, 0) + v
             body = nodeclaim_manifest(manifests[planned.node_pool], planned.requirements,
                                       planned.instance_type_options, requests)
+            if min_values_relaxed(manifests[planned.node_pool], planned.instance_type_options):
+                body["metadata"]["annotations"][L.NODECLAIM_MIN_VALUES_RELAXED] = "true"
             try:
                 return planned, self.client.create(R.NODECLAIMS, body), ""
             except KubeError as e:
@@ -367,8 +399,9 @@ class Provisioner:
                 "requests": created["spec"].get("resources", {}).get("requests", {}),
                 "instance-types": ", ".join(options[:5]) + (f" and {len(options) - 5} other(s)"
                                                             if len(options) > 5 else "")})
+            relaxed_mv = created["metadata"].get("annotations", {}).get(L.NODECLAIM_MIN_VALUES_RELAXED, "false")
             M.NODECLAIMS_CREATED.labels(reason="provisioned", nodepool=planned.node_pool,
-                                        min_values_relaxed="false").inc()
+                                        min_values_relaxed=relaxed_mv).inc()
             for p in planned.pods:
                 results.nominated[p.key] = name
                 raw = raw_by_key.get(p.key)

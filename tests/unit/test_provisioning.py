@@ -196,3 +196,28 @@ def test_preference_policy_ignore_drops_preferences_up_front():
     ignored = without_preferences(pod)
     assert ignored.preferred_node == () and [c.topology_key for c in ignored.spread] == [L.HOSTNAME]
     assert ignored.class_key != pod.class_key  # pods with and without preferences are not one class
+
+
+def test_min_values_best_effort_relaxes_and_says_so():
+    from controller.provisioning import inputs
+    from controller.provisioning.provisioner import min_values_relaxed, relax_min_values
+    from controller.scheduling.scheduler import Scheduler
+
+    def it(name: str, family: str) -> InstanceType:
+        return InstanceType(name, {L.INSTANCE_TYPE: name, "karpenter.k8s.aws/instance-family": family,
+                                   L.ARCH: "amd64", L.OS: "linux"},
+                            {"cpu": 4000, "memory": 16 * 1024**3, "pods": 110},
+                            offerings=[Offering("us-east-1a", "on-demand", 0.1)])
+
+    types = [it("m5.xlarge", "m5"), it("c5.xlarge", "c5")]
+    nodepool = _nodepool(requirements=[{"key": "karpenter.k8s.aws/instance-family", "operator": "Exists",
+                                        "minValues": 3}])
+    pool = inputs.node_pool(nodepool, types, {})
+    pod = inputs.scheduling_pod({"metadata": {"name": "p", "namespace": "default"},
+                                 "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]}})
+    strict = Scheduler([pool], [], []).solve([pod])
+    assert strict.unschedulable  # Strict: two families cannot satisfy minValues 3
+    relaxed = Scheduler([relax_min_values(pool)], [], []).solve([pod])
+    assert not relaxed.unschedulable and len(relaxed.node_claims) == 1
+    assert min_values_relaxed(nodepool, relaxed.node_claims[0].instance_type_options)
+    assert not min_values_relaxed(_nodepool(), types)
