@@ -79,5 +79,7 @@ class InstanceTypeProvider:
                                                  vm_memory_overhead_percent=self.vm_memory_overhead_percent,
                                                  reserved_enis=self.reserved_enis)
                           for i in self._infos if self._zones.get(i["InstanceType"])]
+                # entries of older availability or price versions are never asked for again: keep only current
+                self._cache = {k: v for k, v in self._cache.items() if k[1:] == key[1:]}
                 self._cache[key] = cached
             return cached
