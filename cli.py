@@ -178,10 +178,65 @@ def catalog_show(name: str) -> None:
 
 
 @main.command()
+@click.option("--env", "name", default="dev", show_default=True, help="Name of the new environment (its file name).")
+@click.option("--account-id", required=True, help="The AWS account of the cluster (12 digits).")
+@click.option("--region", required=True, help="The cluster's AWS region.")
+@click.option("--cluster-name", default=None, help="The EKS cluster's name [default: the environment's name].")
+@click.option("-d", "--dir", "directory", default=".", show_default=True, type=click.Path(file_okay=False),
+              help="The project directory (where cdktf.json is or goes).")
+def init(name: str, account_id: str, region: str, cluster_name: str | None, directory: str) -> None:
+    """Start a project: cdktf.json (if missing) and environments/ENV.yaml with every field explained.
+
+    \b
+    Example:
+      karpy init --env prod --account-id 111122223333 --region eu-west-1 --cluster-name prod-eu
+    """
+    from stacks.environments import InvalidEnvironment, init_project
+
+    try:
+        written = init_project(Path(directory), name, account_id, region, cluster_name or name)
+    except InvalidEnvironment as e:
+        _fail(str(e))
+    for path in written:
+        click.echo(f"wrote {path}")
+    click.echo(f"next: fill in {written[-1].name} (IRSA or Pod Identity, subnets, pools), then "
+               f"`karpy render --env {name}` or `karpy synth --env {name}` and `karpy deploy --env {name}`")
+
+
+@main.command()
+@click.option("--env", "env", required=True, help="Environment (a file in the project's environments/).")
+@click.option("-o", "--output-dir", "outdir", default=None, type=click.Path(file_okay=False),
+              help="Write one file per object and a kustomization.yaml here instead of YAML on stdout.")
+def render(env: str, outdir: str | None) -> None:
+    """The objects the stacks deploy into ENV's cluster, as plain YAML (for kubectl, kustomize, GitOps): CRDs,
+    Namespace, ServiceAccount, RBAC, Deployment, PDB, then the NodePools and EC2NodeClasses. Apply them in this order
+    (the CRDs must be established before the custom resources). Needs no AWS or cluster access; the IAM roles and the
+    queue they name come from `karpy deploy` (or your own Terraform) under the names shown."""
+    from infra.manifests import InvalidKarpenterResources
+    from infra.names import InvalidName
+    from stacks.environments import InvalidEnvironment, load_environments
+    from stacks.render import render_objects, to_yaml, write_directory
+
+    try:
+        objects = render_objects(load_environments(None, [env])[0])
+    except (InvalidEnvironment, InvalidName, InvalidKarpenterResources) as e:
+        _fail(str(e))
+    if outdir is None:
+        click.echo(to_yaml(objects), nl=False)
+        return
+    try:
+        written = write_directory(objects, Path(outdir))
+    except OSError as e:
+        _fail(f"{e.filename or outdir}: {e.strerror or e}")
+    click.echo(f"wrote {len(written)} files to {outdir}")
+
+
+@main.command()
 @click.option("--env", "envs", multiple=True, help="Environment (repeatable); default: all.")
 @click.option("-o", "--output", "outdir", default="cdktf.out", show_default=True, type=click.Path(file_okay=False))
 def synth(envs: tuple[str, ...], outdir: str) -> None:
-    """Synthesize the Terraform JSON of environments' stacks (needs the infra extra and Node.js; no Terraform)."""
+    """Synthesize the Terraform JSON of environments' stacks, two per environment in deploy order: ENV (AWS
+    resources and the controller) and ENV-pools (NodePools, EC2NodeClasses). Needs the infra extra and Node.js."""
     try:
         from stacks.app import synth as synth_stacks
     except ImportError as e:
@@ -194,17 +249,29 @@ def synth(envs: tuple[str, ...], outdir: str) -> None:
         click.echo(path)
 
 
+@main.command("synth-app", hidden=True)
+def synth_app() -> None:
+    """The app command of cdktf.json: synthesize every environment where cdktf asks."""
+    from stacks.app import main as app_main
+
+    try:
+        app_main()
+    except ValueError as e:
+        _fail(str(e))
+
+
 @main.command()
-@click.option("--env", "env", required=True, help="Environment (a stack in stacks/).")
+@click.option("--env", "env", required=True, help="Environment (a file in the project's environments/).")
 def diff(env: str) -> None:
-    """Show what `deploy` would change in ENV (runs the real CDK Terrain CLI and Terraform)."""
+    """Show what `deploy` would change in ENV's two stacks (runs the real CDK Terrain CLI and Terraform). Before the
+    first deploy, ENV-pools cannot be planned yet: its CRDs and ENV's state do not exist."""
     _run_cdk("diff", env)
 
 
 @main.command()
-@click.option("--env", "env", required=True, help="Environment (a stack in stacks/).")
+@click.option("--env", "env", required=True, help="Environment (a file in the project's environments/).")
 def deploy(env: str) -> None:
-    """Deploy ENV's stack (runs the real CDK Terrain CLI and Terraform, auto-approved)."""
+    """Deploy ENV: its stack ENV, then ENV-pools once the CRDs are in (the real CDK Terrain CLI and Terraform)."""
     _run_cdk("deploy", env)
 
 

@@ -1,4 +1,5 @@
-"""Synth time and peak memory for every environment in one process (jsii and its Node.js runtime included).
+"""Synth time and peak memory for every example environment (two stacks each) in one process (jsii and its
+Node.js runtime included).
 
     python benchmarks/synth.py
 
@@ -21,8 +22,9 @@ CHILD = """
 import resource, sys, time
 sys.path.insert(0, {root!r})
 start = time.perf_counter()
+from pathlib import Path
 from stacks.app import synth
-synth({envs!r}, {out!r})
+synth({envs!r}, {out!r}, Path({root!r}))
 took = time.perf_counter() - start
 print(took)
 """

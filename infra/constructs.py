@@ -26,6 +26,7 @@ from infra.cdk import (
     SqsQueuePolicy,
 )
 from infra.events import INTERRUPTION_RULES
+from infra.names import controller_policy_name, controller_role_name, node_role_name, queue_name, rule_names
 from infra.policies import PolicyContext, controller_policies, irsa_trust, node_trust, pod_identity_trust, queue_policy
 
 AWS_MANAGED = "arn:{partition}:iam::aws:policy/{name}"
@@ -52,7 +53,7 @@ class NodeRole(Construct):
 
     def __init__(self, scope: Construct, id: str, props: NodeRoleProps) -> None:
         super().__init__(scope, id)
-        name = props.name or f"KarpenterNodeRole-{props.cluster_name}"
+        name = node_role_name(props.cluster_name, props.name)
         self.role = IamRole(self, "role", name=name, assume_role_policy=json.dumps(node_trust()),
                             description=f"karpy nodes of {props.cluster_name}", path=props.path,
                             permissions_boundary=props.permissions_boundary)
@@ -106,12 +107,12 @@ class ControllerRole(Construct):
             statements += pod_identity_trust()["Statement"]
         if not statements:
             raise ValueError("ControllerRoleProps: set oidc_provider_arn and oidc_issuer (IRSA), pod_identity, or both")
-        self.role = IamRole(self, "role", name=props.name or f"KarpenterController-{ctx.cluster_name}",
+        self.role = IamRole(self, "role", name=controller_role_name(ctx.cluster_name, props.name),
                             path=props.path, permissions_boundary=props.permissions_boundary,
                             assume_role_policy=json.dumps({"Version": "2012-10-17", "Statement": statements}))
         self.policies = {}
         for suffix, document in controller_policies(ctx).items():
-            policy = IamPolicy(self, f"policy-{suffix}", name=f"Karpenter{suffix}-{ctx.cluster_name}",
+            policy = IamPolicy(self, f"policy-{suffix}", name=controller_policy_name(suffix, ctx.cluster_name),
                                path=props.path, policy=json.dumps(document))
             IamRolePolicyAttachment(self, f"attach-{suffix}", role=self.role.name, policy_arn=policy.arn)
             self.policies[suffix] = policy
@@ -126,28 +127,32 @@ class InterruptionQueueProps:
     """The interruption queue and the EventBridge rules that feed it."""
 
     cluster_name: str
+    account_id: str  # the account whose rules may send (aws:SourceAccount); a reference or the configured account
     name: str | None = None  # default: the cluster name, as Karpenter's getting-started template does
     kms_key_id: str | None = None  # None: SQS-managed SSE. A KMS key needs a key policy letting events.amazonaws.com
     # use it (kms:GenerateDataKey, kms:Decrypt), or EventBridge cannot deliver.
 
 
 class InterruptionQueue(Construct):
-    """SQS queue (300 s retention, encrypted, only EventBridge and SQS may send, TLS only) and one rule per event."""
+    """SQS queue (300 s retention, encrypted, only this account's interruption rules may send, TLS only) and one
+    EventBridge rule per event."""
 
     def __init__(self, scope: Construct, id: str, props: InterruptionQueueProps) -> None:
         super().__init__(scope, id)
-        name = props.name or props.cluster_name
+        name = queue_name(props.cluster_name, props.name)
+        names = rule_names(name, list(INTERRUPTION_RULES))  # refused at synth when AWS would refuse them
         self.queue = SqsQueue(self, "queue", name=name, message_retention_seconds=300,
                               sqs_managed_sse_enabled=None if props.kms_key_id else True,
                               kms_master_key_id=props.kms_key_id)
-        SqsQueuePolicy(self, "policy", queue_url=self.queue.url, policy=json.dumps(queue_policy(self.queue.arn)))
         self.rules = {}
         for suffix, pattern in INTERRUPTION_RULES.items():
-            rule = CloudwatchEventRule(self, f"rule-{suffix}", name=f"{name}-{suffix}"[:64],
+            rule = CloudwatchEventRule(self, f"rule-{suffix}", name=names[suffix],
                                        description=f"karpy interruption: {suffix}", event_pattern=json.dumps(pattern))
             CloudwatchEventTarget(self, f"target-{suffix}", rule=rule.name, target_id="KarpenterInterruptionQueue",
                                   arn=self.queue.arn)
             self.rules[suffix] = rule
+        SqsQueuePolicy(self, "policy", queue_url=self.queue.url, policy=json.dumps(queue_policy(
+            self.queue.arn, [r.arn for r in self.rules.values()], props.account_id)))
 
 
 class DiscoveryTags(Construct):

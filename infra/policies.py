@@ -32,9 +32,11 @@ class PolicyContext:
         """The EKS cluster's ARN."""
         return f"arn:{self.partition}:eks:{self.region}:{self.account_id}:cluster/{self.cluster_name}"
 
-    def ec2(self, resource: str, account: bool = True) -> str:
-        """arn:<partition>:ec2:<region>:<account or empty>:<resource>."""
-        return f"arn:{self.partition}:ec2:{self.region}:{self.account_id if account else ''}:{resource}"
+    def ec2(self, resource: str, account: str | None = None) -> str:
+        """arn:<partition>:ec2:<region>:<account>:<resource>; account defaults to this account ("" for AMIs and
+        snapshots, which have none in their ARN; "*" for what another account may own)."""
+        owner = self.account_id if account is None else account
+        return f"arn:{self.partition}:ec2:{self.region}:{owner}:{resource}"
 
 
 def _owned(ctx: PolicyContext, kind: str) -> dict[str, str]:
@@ -46,10 +48,13 @@ def node_lifecycle_policy(ctx: PolicyContext) -> dict[str, Any]:
     tagged = [ctx.ec2(r) for r in ("fleet/*", "instance/*", "volume/*", "network-interface/*", "launch-template/*",
                                    "spot-instances-request/*", "capacity-reservation/*")]
     return {"Version": VERSION, "Statement": [
+        # any account's subnets, security groups and capacity reservations: in a shared VPC (and with capacity
+        # reservations shared through RAM) they belong to the owner account, as in Karpenter's own policy
         {"Sid": "AllowScopedEC2InstanceAccessActions", "Effect": "Allow",
          "Action": ["ec2:RunInstances", "ec2:CreateFleet"],
-         "Resource": [ctx.ec2("image/*", account=False), ctx.ec2("snapshot/*", account=False),
-                      ctx.ec2("security-group/*"), ctx.ec2("subnet/*"), ctx.ec2("capacity-reservation/*")]},
+         "Resource": [ctx.ec2("image/*", account=""), ctx.ec2("snapshot/*", account=""),
+                      ctx.ec2("security-group/*", account="*"), ctx.ec2("subnet/*", account="*"),
+                      ctx.ec2("capacity-reservation/*", account="*")]},
         {"Sid": "AllowScopedEC2LaunchTemplateAccessActions", "Effect": "Allow",
          "Action": ["ec2:RunInstances", "ec2:CreateFleet"], "Resource": ctx.ec2("launch-template/*"),
          "Condition": {"StringEquals": _owned(ctx, "ResourceTag"),
@@ -173,11 +178,15 @@ def node_trust() -> dict[str, Any]:
         "Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"}, "Action": "sts:AssumeRole"}]}
 
 
-def queue_policy(queue_arn: str) -> dict[str, Any]:
-    """Only EventBridge and SQS may send to the interruption queue, and nobody may use it without TLS."""
+def queue_policy(queue_arn: str, rule_arns: list[str], account_id: str) -> dict[str, Any]:
+    """Only the interruption rules of this account may send to the queue through EventBridge (aws:SourceArn and
+    aws:SourceAccount, so no other account's rule can use the service principal to reach it), and nobody may use
+    the queue without TLS."""
     return {"Version": VERSION, "Id": "EC2InterruptionPolicy", "Statement": [
-        {"Sid": "AllowEventBridgeAndSQS", "Effect": "Allow",
-         "Principal": {"Service": ["events.amazonaws.com", "sqs.amazonaws.com"]}, "Action": "sqs:SendMessage",
-         "Resource": queue_arn},
+        {"Sid": "AllowInterruptionRules", "Effect": "Allow",
+         "Principal": {"Service": "events.amazonaws.com"}, "Action": "sqs:SendMessage",
+         "Resource": queue_arn,
+         "Condition": {"ArnEquals": {"aws:SourceArn": rule_arns},
+                       "StringEquals": {"aws:SourceAccount": account_id}}},
         {"Sid": "DenyHTTP", "Effect": "Deny", "Principal": "*", "Action": "sqs:*", "Resource": queue_arn,
          "Condition": {"Bool": {"aws:SecureTransport": "false"}}}]}

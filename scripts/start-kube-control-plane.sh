@@ -3,6 +3,8 @@
 # kubeconfig. There is no kubelet: tests register Nodes themselves (tests/integration/kubelet.py) and the real
 # scheduler binds pods to them.
 # Usage: scripts/start-kube-control-plane.sh RUN_DIR [BIN_DIR]
+#   AUTHORIZATION_MODE=RBAC for an apiserver that enforces RBAC (default AlwaysAllow; the admin token is in
+#   system:masters either way, so the scheduler and controller-manager work under both).
 #   -> RUN_DIR/kubeconfig, RUN_DIR/pids (stop: kill $(cat RUN_DIR/pids)), RUN_DIR/*.log. Ready in about 4 s.
 set -euo pipefail
 RUN=${1:?run dir}; BIN=${2:-$HOME/.cache/kube-control-plane/bin}
@@ -30,7 +32,7 @@ setsid "$BIN/etcd" --data-dir "$RUN/etcd" --name karpy-test \
 echo $! >> "$RUN/pids"
 setsid "$BIN/kube-apiserver" --etcd-servers="http://127.0.0.1:$EP" --cert-dir="$RUN/certs" \
   --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$AP" --insecure-port=0 \
-  --token-auth-file="$RUN/tokens.csv" --authorization-mode=AlwaysAllow \
+  --token-auth-file="$RUN/tokens.csv" --authorization-mode="${AUTHORIZATION_MODE:-AlwaysAllow}" \
   --service-account-issuer=https://kubernetes.default.svc --service-account-key-file="$RUN/sa.key" \
   --service-account-signing-key-file="$RUN/sa.key" --service-cluster-ip-range=10.0.0.0/24 \
   --disable-admission-plugins=ServiceAccount --allow-privileged=true > "$RUN/apiserver.log" 2>&1 &

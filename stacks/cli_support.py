@@ -5,11 +5,8 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from pathlib import Path
 
-from stacks.app import environments
-
-ROOT = Path(__file__).resolve().parent.parent
+from stacks.environments import environment_names, environments_dir, project_root
 
 
 class MissingTool(Exception):
@@ -29,16 +26,29 @@ def cdk_command() -> list[str]:
     raise MissingTool("the CDK Terrain CLI is not installed: npm install --global cdktn-cli")
 
 
+def stacks_of(env: str) -> list[str]:
+    """An environment's stacks in deploy order: the controller and its CRDs, then the pools that need the CRDs."""
+    return [env, f"{env}-pools"]
+
+
 def run_cdk(action: str, env: str) -> int:
-    """Run `<cli> diff|deploy <env>` from the project root; returns its exit code."""
+    """Run `<cli> diff|deploy` for each of env's stacks in order, from the project directory; returns the first
+    failing exit code (a failed `<env>` is not followed by its pools), else 0."""
     if action not in ("diff", "deploy"):
         raise ValueError(f"action {action!r}: expected diff or deploy")
-    if env not in environments():
-        raise ValueError(f"unknown environment {env!r}; known: {', '.join(environments())}")
+    known = environment_names()
+    if env not in known:
+        raise ValueError(f"unknown environment {env!r}; known: {', '.join(known) or '(none)'} "
+                         f"(files in {environments_dir()})")
     if shutil.which("terraform") is None and shutil.which("tofu") is None:
         raise MissingTool("terraform (or OpenTofu) is not installed: the CDK Terrain CLI runs it to plan and apply "
                           "(https://developer.hashicorp.com/terraform/install)")
-    cmd = [*cdk_command(), action, env]
-    if action == "deploy":
-        cmd.append("--auto-approve")
-    return subprocess.run(cmd, cwd=ROOT, check=False).returncode
+    cli = cdk_command()
+    for stack in stacks_of(env):
+        cmd = [*cli, action, stack]
+        if action == "deploy":
+            cmd.append("--auto-approve")
+        code = subprocess.run(cmd, cwd=project_root(), check=False).returncode
+        if code != 0:
+            return code
+    return 0

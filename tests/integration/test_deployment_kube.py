@@ -8,7 +8,7 @@ import uuid
 import pytest
 from kubernetes import client, utils
 
-from infra.deployment import DeploymentProps, manifests
+from infra.manifests import DeploymentProps, controller_manifests
 
 pytestmark = [pytest.mark.kube, pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")]
 
@@ -19,7 +19,7 @@ def test_manifests_apply(kube_api):
                             queue_name="test", role_arn="arn:aws:iam::000000000000:role/KarpenterController-test",
                             image_repository="example.com/karpy", version="0.1.0", namespace=ns)
     applied = []
-    for m in manifests(props):
+    for m in controller_manifests(props):
         if m["kind"] in ("CustomResourceDefinition", "PodDisruptionBudget"):
             continue  # CRDs are proven in test_crds_kube.py
         if m["kind"] in ("ClusterRole", "ClusterRoleBinding"):

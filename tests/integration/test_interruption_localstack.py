@@ -26,13 +26,14 @@ def queue(aws_client):
     arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
     # the queue policy and the rules come from the same functions the stacks use (LocalStack accepts the policy but
     # does not enforce resource policies: what it allows and denies is asserted in tests/unit/test_policies.py)
-    sqs.set_queue_attributes(QueueUrl=url, Attributes={"Policy": json.dumps(queue_policy(arn))})
-    rules = []
+    rules, rule_arns = [], []
     for suffix, pattern in INTERRUPTION_RULES.items():
         rule = f"{name}-{suffix}"
-        events.put_rule(Name=rule, EventPattern=json.dumps(pattern))
+        rule_arns.append(events.put_rule(Name=rule, EventPattern=json.dumps(pattern))["RuleArn"])
         events.put_targets(Rule=rule, Targets=[{"Id": "KarpenterInterruptionQueueTarget", "Arn": arn}])
         rules.append(rule)
+    sqs.set_queue_attributes(QueueUrl=url, Attributes={"Policy": json.dumps(
+        queue_policy(arn, rule_arns, arn.split(":")[4]))})
     yield sqs, events, url
     for rule in rules:
         events.remove_targets(Rule=rule, Ids=["KarpenterInterruptionQueueTarget"])

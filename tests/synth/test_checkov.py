@@ -20,7 +20,7 @@ CHECKOV = Path(os.environ.get("KARPY_CACHE", Path.home() / ".cache" / "karpy")) 
 def test_no_failed_checks(tmp_path):
     if not CHECKOV.exists():
         pytest.fail(f"checkov is not installed at {CHECKOV}: run scripts/test.sh (or scripts/install-checkov.sh)")
-    synth(None, str(tmp_path))
+    synth(None, str(tmp_path), ROOT)
     proc = subprocess.run([str(CHECKOV), "--config-file", str(ROOT / ".checkov.yaml"), "-d", str(tmp_path / "stacks"),
                            "-o", "json"], capture_output=True, text=True)
     reports = json.loads(proc.stdout)

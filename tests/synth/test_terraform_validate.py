@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -18,7 +19,7 @@ PLUGINS = os.environ.get("TF_PLUGIN_CACHE_DIR", "")
 @pytest.mark.skipif(shutil.which("terraform") is None or not (PLUGINS and os.path.isdir(PLUGINS)),
                     reason="needs a terraform binary and providers in TF_PLUGIN_CACHE_DIR (no provider downloads here)")
 def test_terraform_validate(tmp_path):
-    for stack in synth(None, str(tmp_path)):
+    for stack in synth(None, str(tmp_path), Path(__file__).resolve().parents[2]):
         init = subprocess.run(["terraform", "init", "-backend=false", "-input=false"], cwd=stack, capture_output=True,
                               text=True)
         assert init.returncode == 0, init.stderr

@@ -103,8 +103,23 @@ def test_trust_policies():
     assert node_trust()["Statement"][0]["Principal"] == {"Service": "ec2.amazonaws.com"}
 
 
-def test_queue_policy_denies_plain_http():
-    doc = queue_policy(CTX.queue_arn)
+def test_queue_policy_only_this_accounts_rules_and_tls():
+    rules = ["arn:aws:events:us-east-1:111122223333:rule/c-SpotInterruption",
+             "arn:aws:events:us-east-1:111122223333:rule/c-Rebalance"]
+    doc = queue_policy(CTX.queue_arn, rules, "111122223333")
     allow, deny = doc["Statement"]
-    assert allow["Principal"]["Service"] == ["events.amazonaws.com", "sqs.amazonaws.com"]
+    assert allow["Principal"] == {"Service": "events.amazonaws.com"} and allow["Action"] == "sqs:SendMessage"
+    assert allow["Condition"] == {"ArnEquals": {"aws:SourceArn": rules},
+                                  "StringEquals": {"aws:SourceAccount": "111122223333"}}
     assert deny["Effect"] == "Deny" and deny["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+
+
+def test_launch_resources_of_a_shared_vpc():
+    """Subnets and security groups of a shared VPC belong to the VPC owner's account: any account is allowed for
+    them (as in Karpenter's policy), while what karpy creates stays in this account."""
+    statements = {s["Sid"]: s for s in controller_policies(CTX)["NodeLifecycle"]["Statement"]}
+    access = statements["AllowScopedEC2InstanceAccessActions"]["Resource"]
+    assert "arn:aws:ec2:us-east-1:*:subnet/*" in access and "arn:aws:ec2:us-east-1:*:security-group/*" in access
+    assert "arn:aws:ec2:us-east-1::image/*" in access
+    tagged = statements["AllowScopedEC2InstanceActionsWithTags"]["Resource"]
+    assert "arn:aws:ec2:us-east-1:111122223333:instance/*" in tagged
