@@ -199,8 +199,8 @@ def init(name: str, account_id: str, region: str, cluster_name: str | None, dire
         _fail(str(e))
     for path in written:
         click.echo(f"wrote {path}")
-    click.echo(f"next: fill in {written[-1].name} (IRSA or Pod Identity, subnets, pools), then "
-               f"`karpy render --env {name}` or `karpy synth --env {name}` and `karpy deploy --env {name}`")
+    click.echo(f"next: fill in {written[-1]} (IRSA or Pod Identity, subnets, pools),\n"
+               f"then `karpy render --env {name}`, or `karpy diff --env {name}` and `karpy deploy --env {name}`")
 
 
 @main.command()

@@ -294,6 +294,23 @@ def test_cli_synth(tmp_path, monkeypatch):
     assert bad.exit_code == 1 and "unknown environment(s) qa; known: dev, prod, staging" in bad.output
 
 
+def test_cdktf_app_runs_from_the_installed_karpy(tmp_path):
+    """cdktf.json's app, as `karpy init` writes it, is the installed console script: run as the CDK Terrain CLI
+    runs it (in the project directory, output directory through CDKTF_OUTDIR), it writes both stacks, the pools
+    stack depending on the other."""
+    from stacks.environments import init_project
+
+    init_project(tmp_path, "qa", "111122223333", "us-west-2", "qa")
+    app = json.loads((tmp_path / "cdktf.json").read_text())["app"].split()
+    karpy = Path(sys.executable).parent / app[0]
+    assert app == ["karpy", "synth-app"] and karpy.exists()
+    proc = subprocess.run([str(karpy), *app[1:]], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "CDKTF_OUTDIR": str(tmp_path / "out")})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())["stacks"]
+    assert sorted(manifest) == ["qa", "qa-pools"] and manifest["qa-pools"]["dependencies"] == ["qa"]
+
+
 def test_names_aws_would_refuse_fail_synth(tmp_path, monkeypatch):
     """A 45-character cluster name makes KarpenterController-<cluster> 65 characters: refused at synth, naming the
     field that fixes it, not at apply."""
