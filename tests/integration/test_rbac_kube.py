@@ -161,3 +161,60 @@ def test_the_controller_runs_with_this_rbac(rbac_api, tmp_path):
     legacy, warnings = read_legacy_configmaps(NS, kubeconfig)
     assert warnings == [] and legacy is not None and legacy.values.get("LOG_LEVEL") == "debug"
     assert "config-logging" in legacy.present
+
+
+def test_the_controllers_writes_with_this_rbac(rbac_api, tmp_path):
+    """The writes the controller makes, made with the ServiceAccount's token: a NodeClaim's life (create, status,
+    finalizer, delete), NodePool status, the EC2NodeClass finalizer and status, Node labels and deletion, events, and
+    an eviction; and what it must not do refused."""
+    from controller.api import labels as L
+    from controller.kube import resources as R
+    from controller.kube.client import KubeClient
+    from controller.kube.errors import KubeError
+
+    api, admin = rbac_api
+    kc = KubeClient.from_environment(_service_account_kubeconfig(api, admin, tmp_path / "sa-kubeconfig"))
+    custom = client.CustomObjectsApi(api)
+    core = client.CoreV1Api(api)
+    ref = {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "rbac"}
+    custom.create_cluster_custom_object("karpenter.k8s.aws", "v1", "ec2nodeclasses", {
+        "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": "rbac"},
+        "spec": {"role": "R", "amiSelectorTerms": [{"alias": "al2023@latest"}],
+                 "subnetSelectorTerms": [{"tags": {"k": "v"}}], "securityGroupSelectorTerms": [{"tags": {"k": "v"}}]}})
+    custom.create_cluster_custom_object("karpenter.sh", "v1", "nodepools", {
+        "apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "rbac"},
+        "spec": {"template": {"spec": {"nodeClassRef": ref, "requirements": []}}}})
+
+    kc.patch(R.EC2NODECLASSES, "rbac", {"metadata": {"finalizers": ["karpenter.k8s.aws/termination"]}})
+    kc.patch(R.EC2NODECLASSES, "rbac", {"status": {"conditions": []}}, subresource="status")
+    kc.patch(R.NODEPOOLS, "rbac", {"status": {"resources": {"cpu": "0"}}}, subresource="status")
+    claim = kc.create(R.NODECLAIMS, {
+        "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+        "metadata": {"name": "rbac-x1", "labels": {L.NODEPOOL: "rbac"}, "finalizers": ["karpenter.sh/termination"]},
+        "spec": {"nodeClassRef": ref, "requirements": [
+            {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["m5.large"]}]}})
+    kc.patch(R.NODECLAIMS, "rbac-x1", {"status": {"providerID": "aws:///us-east-1a/i-0abc"}}, subresource="status")
+    kc.delete(R.NODECLAIMS, "rbac-x1", uid=claim["metadata"]["uid"])
+    kc.patch(R.NODECLAIMS, "rbac-x1", [{"op": "remove", "path": "/metadata/finalizers"}], patch_type="json")
+    kc.patch(R.EC2NODECLASSES, "rbac", {"metadata": {"finalizers": None}})
+
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "ip-10-0-0-9"}}
+    with pytest.raises(KubeError):
+        kc.create(R.NODES, node)  # kubelets register nodes
+    core.create_node(node)
+    kc.patch(R.NODES, "ip-10-0-0-9", {"metadata": {"labels": {L.INITIALIZED: "true"}}})
+    kc.delete(R.NODES, "ip-10-0-0-9")
+
+    kc.create(R.EVENTS, {"apiVersion": "v1", "kind": "Event", "metadata": {"name": "rbac.1", "namespace": "default"},
+                         "involvedObject": {"kind": "NodePool", "name": "rbac", "apiVersion": "karpenter.sh/v1"},
+                         "reason": "Test", "message": "m", "type": "Normal", "source": {"component": "karpenter"}})
+    core.create_namespaced_pod("default", {"metadata": {"name": "evictee"},
+                                           "spec": {"containers": [{"name": "c", "image": "x"}]}})
+    kc.evict("default", "evictee")
+    with pytest.raises(KubeError):
+        kc.create(R.PODS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"},
+                           "spec": {"containers": [{"name": "c", "image": "x"}]}})
+    with pytest.raises(KubeError):
+        kc.delete(R.NODEPOOLS, "rbac")
+    custom.delete_cluster_custom_object("karpenter.sh", "v1", "nodepools", "rbac")
+    custom.delete_cluster_custom_object("karpenter.k8s.aws", "v1", "ec2nodeclasses", "rbac")
