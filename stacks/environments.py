@@ -131,7 +131,7 @@ def load_environments(root: Path | None = None, names: list[str] | None = None) 
     unknown = [n for n in wanted if n not in files]
     if unknown:
         raise InvalidEnvironment(f"unknown environment(s) {', '.join(unknown)}; known: {', '.join(files)} "
-                                f"(files in {directory})")
+                                 f"(files in {directory})")
     return [load_environment(files[n]) for n in wanted]
 
 
@@ -285,7 +285,10 @@ def load_environment(path: Path) -> EnvironmentConfig:
     name = path.stem
     if not _ENV_NAME.match(name):
         raise InvalidEnvironment(f"{path}: the file name {name!r} is the environment's (and its stacks') name: use "
-                                "lowercase letters, digits and -, at most 40")
+                                 "lowercase letters, digits and -, at most 40")
+    if name.endswith("-pools"):
+        raise InvalidEnvironment(f"{path}: the name {name!r} ends in -pools, which names the pools stack of "
+                                 f"{name.removesuffix('-pools')!r}: choose another file name")
     try:
         raw = yaml.safe_load(path.read_text())
     except OSError as e:
@@ -324,20 +327,20 @@ def _check_together(path: Path, v: dict[str, Any]) -> None:
         raise InvalidEnvironment(f"{path}: {other}: required with {irsa[0]} (IRSA needs both)")
     if not irsa and not v.get("pod_identity"):
         raise InvalidEnvironment(f"{path}: pod_identity: set it to true, or set oidc_provider_arn and oidc_issuer "
-                                "(IRSA): the controller needs one way to its role")
+                                 "(IRSA): the controller needs one way to its role")
     if irsa:
         m = _OIDC_ARN.match(v["oidc_provider_arn"])
         assert m is not None
         if m.group(1) != v["account_id"]:
             raise InvalidEnvironment(f"{path}: oidc_provider_arn: account {m.group(1)} is not account_id "
-                                    f"{v['account_id']}")
+                                     f"{v['account_id']}")
         if m.group(2) != v["oidc_issuer"].removeprefix("https://").rstrip("/"):
             raise InvalidEnvironment(f"{path}: oidc_provider_arn: names {m.group(2)!r}, not oidc_issuer's host and "
-                                    "path")
+                                     "path")
     if "state_bucket" in v and not (v.get("state_lock_table") or v.get("state_use_lockfile")):
         raise InvalidEnvironment(f"{path}: state_bucket: an S3 state backend without locking lets two deploys "
-                                "overwrite each other's state: set state_lock_table (DynamoDB) or state_use_lockfile: "
-                                "true (Terraform >= 1.10)")
+                                 "overwrite each other's state: set state_lock_table (DynamoDB) or state_use_lockfile: "
+                                 "true (Terraform >= 1.10)")
     if "state_bucket" not in v and ("state_lock_table" in v or v.get("state_use_lockfile")):
         raise InvalidEnvironment(f"{path}: state_bucket: required with state_lock_table/state_use_lockfile")
     if v.get("region") and v.get("cluster_endpoint") and ".eks.amazonaws.com" in v["cluster_endpoint"] \

@@ -85,6 +85,8 @@ def test_missing_fields_bad_yaml_and_bad_names(tmp_path):
         load_environment(write(tmp_path, "- a\n"))
     with pytest.raises(InvalidEnvironment, match=r"the file name 'Prod_EU' is the environment's"):
         load_environment(write(tmp_path, yaml.safe_dump(BASE), name="Prod_EU"))
+    with pytest.raises(InvalidEnvironment, match=r"ends in -pools, which names the pools stack of 'x'"):
+        load_environment(write(tmp_path, yaml.safe_dump(BASE), name="x-pools"))
 
 
 def test_unknown_environment_and_empty_project(tmp_path):
@@ -131,7 +133,7 @@ def test_init_scaffolds_a_valid_project(tmp_path):
     assert init_project(tmp_path, "dev", "012345678901", "eu-west-1", "dev") == [tmp_path / "environments" / "dev.yaml"]
 
 
-def test_init_and_render_cli(tmp_path):
+def test_init_and_render_cli(tmp_path, monkeypatch):
     runner = CliRunner()
     res = runner.invoke(main, ["init", "--env", "qa", "--account-id", "111122223333", "--region", "us-west-2",
                                "-d", str(tmp_path)])
@@ -142,28 +144,24 @@ def test_init_and_render_cli(tmp_path):
     assert bad.exit_code == 1 and "account_id: expected 12 digits, got '1'" in bad.output
     assert not (tmp_path / "other" / "environments" / "qa.yaml").exists()  # a bad scaffold is not left behind
 
-    import os
-    cwd = os.getcwd()
-    os.chdir(tmp_path)
-    try:
-        res = runner.invoke(main, ["render", "--env", "qa"])
-        assert res.exit_code == 0, res.output
-        docs = list(yaml.safe_load_all(res.output))
-        kinds = [d["kind"] for d in docs]
-        assert kinds[:3] == ["CustomResourceDefinition"] * 3 and kinds[-2:] == ["EC2NodeClass", "NodePool"]
-        assert kinds.index("ClusterRole") < kinds.index("Deployment")
-        res = runner.invoke(main, ["render", "--env", "qa", "-o", "out"])
-        assert res.exit_code == 0, res.output
-        kustomization = yaml.safe_load((tmp_path / "out" / "kustomization.yaml").read_text())
-        assert len(kustomization["resources"]) == len(docs)
-        assert [yaml.safe_load((tmp_path / "out" / f).read_text()) for f in kustomization["resources"]] == docs
-        (tmp_path / "file").write_text("")
-        res = runner.invoke(main, ["render", "--env", "qa", "-o", "file/sub"])
-        assert res.exit_code == 1 and res.output.startswith("error: file/sub: ") and res.output.count("\n") == 1
-        res = runner.invoke(main, ["render", "--env", "nope"])
-        assert res.exit_code == 1 and "unknown environment(s) nope; known: qa" in res.output
-    finally:
-        os.chdir(cwd)
+    monkeypatch.chdir(tmp_path)
+    # the project directory is the working directory, as for cdktf
+    res = runner.invoke(main, ["render", "--env", "qa"])
+    assert res.exit_code == 0, res.output
+    docs = list(yaml.safe_load_all(res.output))
+    kinds = [d["kind"] for d in docs]
+    assert kinds[:3] == ["CustomResourceDefinition"] * 3 and kinds[-2:] == ["EC2NodeClass", "NodePool"]
+    assert kinds.index("ClusterRole") < kinds.index("Deployment")
+    res = runner.invoke(main, ["render", "--env", "qa", "-o", "out"])
+    assert res.exit_code == 0, res.output
+    kustomization = yaml.safe_load((tmp_path / "out" / "kustomization.yaml").read_text())
+    assert len(kustomization["resources"]) == len(docs)
+    assert [yaml.safe_load((tmp_path / "out" / f).read_text()) for f in kustomization["resources"]] == docs
+    (tmp_path / "file").write_text("")
+    res = runner.invoke(main, ["render", "--env", "qa", "-o", "file/sub"])
+    assert res.exit_code == 1 and res.output.startswith("error: file/sub: ") and res.output.count("\n") == 1
+    res = runner.invoke(main, ["render", "--env", "nope"])
+    assert res.exit_code == 1 and "unknown environment(s) nope; known: qa" in res.output
 
 
 def test_render_wires_names_and_settings():
