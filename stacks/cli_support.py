@@ -32,8 +32,11 @@ def stacks_of(env: str) -> list[str]:
 
 
 def run_cdk(action: str, env: str) -> int:
-    """Run `<cli> diff|deploy` for each of env's stacks in order, from the project directory; returns the first
-    failing exit code (a failed `<env>` is not followed by its pools), else 0."""
+    """Run the CDK Terrain CLI for env's stacks from the project directory; returns its exit code.
+
+    deploy: one run over both stacks; the CLI applies `<env>-pools` only after `<env>` (its dependency) is applied,
+    so the pools are planned once their CRDs exist, and not at all when `<env>` fails. diff: one run per stack, as
+    the CLI diffs one stack at a time; the first failing exit code is returned."""
     if action not in ("diff", "deploy"):
         raise ValueError(f"action {action!r}: expected diff or deploy")
     known = environment_names()
@@ -44,11 +47,11 @@ def run_cdk(action: str, env: str) -> int:
         raise MissingTool("terraform (or OpenTofu) is not installed: the CDK Terrain CLI runs it to plan and apply "
                           "(https://developer.hashicorp.com/terraform/install)")
     cli = cdk_command()
+    if action == "deploy":
+        return subprocess.run([*cli, "deploy", *stacks_of(env), "--auto-approve"], cwd=project_root(),
+                              check=False).returncode
     for stack in stacks_of(env):
-        cmd = [*cli, action, stack]
-        if action == "deploy":
-            cmd.append("--auto-approve")
-        code = subprocess.run(cmd, cwd=project_root(), check=False).returncode
+        code = subprocess.run([*cli, "diff", stack], cwd=project_root(), check=False).returncode
         if code != 0:
             return code
     return 0

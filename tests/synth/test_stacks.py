@@ -361,28 +361,33 @@ def test_deploy_says_what_is_missing(monkeypatch):
     assert res.exit_code == 1 and "unknown environment 'qa'" in res.output
 
 
-def test_deploy_runs_the_stacks_in_order(monkeypatch):
-    """`deploy --env E` applies E, then E-pools; a failed E stops before the pools."""
+def test_deploy_and_diff_cover_both_stacks(monkeypatch):
+    """`deploy --env E` is one CDK Terrain run over E and E-pools (the CLI refuses a stack without the stacks it
+    depends on, and applies E-pools only once E is applied); `diff` diffs E, then E-pools, and stops at a failure."""
     import stacks.cli_support as support
 
     monkeypatch.chdir(ROOT)
     monkeypatch.setattr(support.shutil, "which", lambda name: f"/usr/bin/{name}")
     calls: list[list[str]] = []
-    codes = iter([0, 0, 3])
+    codes = iter([0, 0, 0, 3])
 
     class Done:
         def __init__(self, code: int) -> None:
             self.returncode = code
 
     def run(cmd, cwd, check):  # stands in for the CDK Terrain CLI, which would need AWS and a cluster
+        assert cwd == ROOT
         calls.append(cmd)
         return Done(next(codes))
 
     monkeypatch.setattr(support.subprocess, "run", run)
     assert support.run_cdk("deploy", "dev") == 0
-    assert calls == [["cdktn", "deploy", "dev", "--auto-approve"], ["cdktn", "deploy", "dev-pools", "--auto-approve"]]
+    assert calls == [["cdktn", "deploy", "dev", "dev-pools", "--auto-approve"]]
     calls.clear()
-    assert support.run_cdk("deploy", "prod") == 3 and calls == [["cdktn", "deploy", "prod", "--auto-approve"]]
+    assert support.run_cdk("diff", "dev") == 0
+    assert calls == [["cdktn", "diff", "dev"], ["cdktn", "diff", "dev-pools"]]
+    calls.clear()
+    assert support.run_cdk("diff", "prod") == 3 and calls == [["cdktn", "diff", "prod"]]
 
 
 def test_spot_service_linked_role_is_opt_in(stacks):
