@@ -237,6 +237,12 @@ def render(env: str, outdir: str | None) -> None:
 def synth(envs: tuple[str, ...], outdir: str) -> None:
     """Synthesize the Terraform JSON of environments' stacks, two per environment in deploy order: ENV (AWS
     resources and the controller) and ENV-pools (NodePools, EC2NodeClasses). Needs the infra extra and Node.js."""
+    from stacks.environments import InvalidEnvironment, load_environments
+
+    try:  # the environment files first: a bad one is reported before jsii starts
+        load_environments(None, list(envs) or None)
+    except InvalidEnvironment as e:
+        _fail(str(e))
     try:
         from stacks.app import synth as synth_stacks
     except ImportError as e:
