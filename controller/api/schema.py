@@ -33,6 +33,7 @@ class ValidationIssue:
 
     path: str
     message: str
+    blocking: bool = False  # a value of the wrong type: the rules above it cannot run
 
 
 @dataclass
@@ -120,7 +121,8 @@ def validate(value: Any, schema: Field, path: str, issues: list[ValidationIssue]
         "int-or-string": isinstance(value, str | int) and not isinstance(value, bool),
     }[t]
     if not ok:
-        issues.append(ValidationIssue(path, f"must be {_TYPE_NAMES[t]}, got {type(value).__name__} {value!r}"))
+        issues.append(ValidationIssue(path, f"must be {_TYPE_NAMES[t]}, got {type(value).__name__} {value!r}"[:200],
+                                      blocking=True))
         return
     if t == "object":
         for name in schema.required:
@@ -183,8 +185,8 @@ def validate(value: Any, schema: Field, path: str, issues: list[ValidationIssue]
         msg = schema.check(value)
         if msg:
             issues.append(ValidationIssue(path, msg))
-    if len(issues) > before:
-        return  # the rules assume a well-formed value; what is malformed has been reported once
+    if any(i.blocking for i in issues[before:]):
+        return  # as the apiserver: rules run unless a value below has the wrong type
     for rule in schema.rules:
         if rule.check is None or rule.transition:
             continue
