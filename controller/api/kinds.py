@@ -39,6 +39,37 @@ WINDOWS_ALIAS_FAMILIES = ("windows2019", "windows2022", "windows2025")
 EVICTION_SIGNALS = ("memory.available", "nodefs.available", "nodefs.inodesFree", "imagefs.available",
                     "imagefs.inodesFree", "pid.available")
 RESERVED_RESOURCES = ("cpu", "memory", "ephemeral-storage", "pid")
+# The top-level fields of the upstream kubelet KubeletConfiguration (kubelet.config.k8s.io/v1beta1): Karpenter passes
+# any of them through spec.kubelet and refuses the rest.
+KUBELET_CONFIGURATION_FIELDS: frozenset[str] = frozenset({
+    "address", "allowedUnsafeSysctls", "apiVersion", "authentication", "authorization", "cgroupDriver", "cgroupRoot",
+    "cgroupsPerQOS", "clusterDNS", "clusterDomain", "configMapAndSecretChangeDetectionStrategy",
+    "containerLogMaxFiles", "containerLogMaxSize", "containerLogMaxWorkers", "containerLogMonitorInterval",
+    "containerRuntimeEndpoint", "contentType", "cpuCFSQuota", "cpuCFSQuotaPeriod", "cpuManagerPolicy",
+    "cpuManagerPolicyOptions", "cpuManagerReconcilePeriod", "crashLoopBackOff", "defaultPodSysctls",
+    "enableContentionProfiling", "enableControllerAttachDetach", "enableDebugFlagsHandler",
+    "enableDebuggingHandlers", "enableProfilingHandler", "enableServer", "enableSystemLogHandler",
+    "enableSystemLogQuery", "enforceNodeAllocatable", "eventBurst", "eventRecordQPS", "evictionHard",
+    "evictionMaxPodGracePeriod", "evictionMinimumReclaim", "evictionPressureTransitionPeriod", "evictionSoft",
+    "evictionSoftGracePeriod", "failCgroupV1", "failSwapOn", "featureGates", "fileCheckFrequency", "hairpinMode",
+    "healthzBindAddress", "healthzPort", "httpCheckFrequency", "imageGCHighThresholdPercent",
+    "imageGCLowThresholdPercent", "imageMaximumGCAge", "imageMinimumGCAge", "imagePullCredentialsVerificationPolicy",
+    "imageServiceEndpoint", "iptablesDropBit", "iptablesMasqueradeBit", "kernelMemcgNotification", "kind",
+    "kubeAPIBurst", "kubeAPIQPS", "kubeReserved", "kubeReservedCgroup", "kubeletCgroups",
+    "localStorageCapacityIsolation", "logging", "makeIPTablesUtilChains", "maxOpenFiles", "maxParallelImagePulls",
+    "maxPods", "memoryManagerPolicy", "memoryReservationPolicy", "memorySwap", "memoryThrottlingFactor",
+    "mergeDefaultEvictionSettings", "nodeLeaseDurationSeconds", "nodeStatusMaxImages", "nodeStatusReportFrequency",
+    "nodeStatusUpdateFrequency", "oomScoreAdj", "podCIDR", "podLogsDir", "podPidsLimit", "podsPerCore", "port",
+    "preloadedImagesVerificationAllowlist", "protectKernelDefaults", "providerID", "qosReserved", "readOnlyPort",
+    "registerNode", "registerWithTaints", "registryBurst", "registryPullQPS", "reservedMemory", "reservedSystemCPUs",
+    "resolvConf", "rotateCertificates", "runOnce", "runtimeRequestTimeout", "seccompDefault", "serializeImagePulls",
+    "serverTLSBootstrap", "showHiddenMetricsForVersion", "shutdownGracePeriod", "shutdownGracePeriodByPodPriority",
+    "shutdownGracePeriodCriticalPods", "singleProcessOOMKill", "staticPodPath", "staticPodURL", "staticPodURLHeader",
+    "streamingConnectionIdleTimeout", "syncFrequency", "systemCgroups", "systemReserved", "systemReservedCgroup",
+    "tlsCertFile", "tlsCipherSuites", "tlsCurvePreferences", "tlsMinVersion", "tlsPrivateKeyFile",
+    "topologyManagerPolicy", "topologyManagerPolicyOptions", "topologyManagerScope", "tracing", "userNamespaces",
+    "volumePluginDir", "volumeStatsAggPeriod",
+})
 
 
 def qualified_name(value: Any) -> str | None:
@@ -419,8 +450,8 @@ def _kubelet() -> Field:
     types the fields Karpenter reads and checks them as Karpenter's controller does."""
     f = O("Kubelet configuration for the nodes: any upstream KubeletConfiguration field; the ones Karpenter reads "
           "are typed.",
-          clusterDNS=A(S()), maxPods=Field("int-or-string"), podsPerCore=I(), systemReserved=M(Q()),
-          kubeReserved=M(Q()), evictionHard=M(S()), evictionSoft=M(S()), evictionSoftGracePeriod=M(S()),
+          clusterDNS=A(S()), maxPods=Field("int-or-string"), podsPerCore=I(), systemReserved=M(S()),
+          kubeReserved=M(S()), evictionHard=M(S()), evictionSoft=M(S()), evictionSoftGracePeriod=M(S()),
           evictionMaxPodGracePeriod=I(), imageGCHighThresholdPercent=I(), imageGCLowThresholdPercent=I(),
           cpuCFSQuota=B())
     f.preserve_unknown = True

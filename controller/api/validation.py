@@ -5,12 +5,19 @@ field path."""
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from controller.api.documents import Document
-from controller.api.kinds import EVICTION_SIGNALS, KINDS, RESERVED_RESOURCES, qualified_name
+from controller.api.kinds import (
+    EVICTION_SIGNALS,
+    KINDS,
+    KUBELET_CONFIGURATION_FIELDS,
+    RESERVED_RESOURCES,
+    qualified_name,
+)
 from controller.api.labels import RESTRICTED_LABEL_DOMAINS, WELL_KNOWN_VALUES, is_restricted_label
 from controller.api.quantity import QuantityError, parse_quantity
 from controller.api.schema import ValidationIssue, validate
@@ -125,6 +132,13 @@ def _quantity_sign(value: str) -> int | None:
 def _kubelet(kubelet: dict[str, Any], out: list[ValidationIssue]) -> None:
     """Karpenter's controller-side checks of spec.kubelet (the CRD admits any map), with its messages."""
     p = "spec.kubelet"
+    for name in sorted(set(kubelet) - KUBELET_CONFIGURATION_FIELDS):
+        hint = difflib.get_close_matches(str(name), sorted(KUBELET_CONFIGURATION_FIELDS), n=1, cutoff=0.7)
+        out.append(ValidationIssue(p, f"unknown field {name!r}, not a KubeletConfiguration field"
+                                      + (f'; did you mean "{hint[0]}"?' if hint else "")))
+    if isinstance(kubelet.get("maxPods"), str):
+        out.append(ValidationIssue(f"{p}.maxPods", f"{kubelet['maxPods']!r}: maxPods expressions are not supported "
+                                                   "by karpy; give an integer"))
     if "registerWithTaints" in kubelet:
         out.append(ValidationIssue(f"{p}.registerWithTaints", "can't be set, Karpenter sets it from the NodeClaim's "
                                                               "taints so the node registers unschedulable until it's "
@@ -175,9 +189,14 @@ def _kubelet(kubelet: dict[str, Any], out: list[ValidationIssue]) -> None:
             if key not in RESERVED_RESOURCES:
                 out.append(ValidationIssue(f"{p}.{field}", f"{key!r} isn't a reservable resource, must be one of "
                                                            f"{', '.join(RESERVED_RESOURCES)}"))
-            if str(reserved[key]).startswith("-"):
-                out.append(ValidationIssue(f"{p}.{field}[{key}]", f"{reserved[key]!r} can't be a negative resource "
-                                                                  "quantity"))
+            value = reserved[key]
+            if not isinstance(value, str):
+                continue  # the schema reports it
+            if value.startswith("-"):
+                out.append(ValidationIssue(f"{p}.{field}[{key}]", f"{value!r} can't be a negative resource quantity"))
+            elif _quantity_sign(value) is None:
+                out.append(ValidationIssue(f"{p}.{field}[{key}]", f"{value!r}: reservation expressions are not "
+                                                                  "supported by karpy; give a quantity such as 100Mi"))
     ints = {f: kubelet.get(f) for f in ("imageGCHighThresholdPercent", "imageGCLowThresholdPercent", "podsPerCore",
                                         "evictionMaxPodGracePeriod", "maxPods")}
     for field in ("imageGCHighThresholdPercent", "imageGCLowThresholdPercent"):

@@ -631,6 +631,60 @@ CASES: list[Case] = [
     Case("kubelet: negative maxPods", "EC2NodeClass", {"spec.kubelet": {"maxPods": -1}}, False, runtime=True),
     Case("kubelet: registerWithTaints is Karpenter's", "EC2NodeClass",
          {"spec.kubelet": {"registerWithTaints": []}}, False, runtime=True),
+    # Karpenter's ValidateKubeletConfig table: the CRD admits every map; the controller (and karpy validate) rejects
+    *[Case(f"kubelet: should accept {n}", "EC2NodeClass", {"spec.kubelet": k}, True) for n, k in (
+        ("an empty configuration", {}),
+        ("the fields Karpenter reads for scheduling", {
+            "maxPods": 110, "podsPerCore": 10, "kubeReserved": {"cpu": "200m", "memory": "100Mi"},
+            "systemReserved": {"ephemeral-storage": "1Gi", "pid": "1000"}, "evictionHard": {"memory.available": "5%"}}),
+        ("an eviction threshold as a quantity rather than a percentage",
+         {"evictionHard": {"nodefs.available": "500Mi"}}),
+        ("matching evictionSoft and evictionSoftGracePeriod", {"evictionSoft": {"memory.available": "10%"},
+                                                               "evictionSoftGracePeriod": {"memory.available": "1m"}}),
+        ("imageGC thresholds in the correct order", {"imageGCHighThresholdPercent": 80,
+                                                     "imageGCLowThresholdPercent": 60}),
+        ("zero-valued fields", {"maxPods": 0, "podsPerCore": 0, "evictionMaxPodGracePeriod": 0}),
+        ("clusterDNS and cpuCFSQuota", {"clusterDNS": ["10.100.0.10"], "cpuCFSQuota": False}))],
+    *[Case(f"kubelet: should reject {n}", "EC2NodeClass", {"spec.kubelet": k}, False, runtime=True) for n, k in (
+        ("a field the kubelet library doesn't declare", {"notAKubeletField": True}),
+        ("arbitrary junk", {"a": {"b": [1, "two", True]}}),
+        ("a negative maxPods", {"maxPods": -1}), ("a negative podsPerCore", {"podsPerCore": -1}),
+        ("a negative evictionMaxPodGracePeriod", {"evictionMaxPodGracePeriod": -1}),
+        ("imageGCHighThresholdPercent above 100", {"imageGCHighThresholdPercent": 101}),
+        ("imageGCHighThresholdPercent below 0", {"imageGCHighThresholdPercent": -1}),
+        ("imageGCLowThresholdPercent above 100", {"imageGCLowThresholdPercent": 101}),
+        ("imageGCLowThresholdPercent below 0", {"imageGCLowThresholdPercent": -1}),
+        ("an unreservable resource in kubeReserved", {"kubeReserved": {"gpu": "1"}}),
+        ("an unreservable resource in systemReserved", {"systemReserved": {"gpu": "1"}}),
+        ("a negative reservation in kubeReserved", {"kubeReserved": {"cpu": "-1"}}),
+        ("a negative reservation in systemReserved", {"systemReserved": {"cpu": "-1"}}),
+        ("an invalid eviction signal in evictionHard", {"evictionHard": {"notASignal": "5%"}}),
+        ("an invalid eviction signal in evictionSoft", {"evictionSoft": {"notASignal": "5%"}}),
+        ("an invalid eviction signal in evictionMinimumReclaim", {"evictionMinimumReclaim": {"notASignal": "500Mi"}}),
+        ("an invalid eviction signal in evictionSoftGracePeriod", {"evictionSoftGracePeriod": {"notASignal": "1m"}}),
+        ("a threshold that is neither a percentage nor a quantity in evictionHard",
+         {"evictionHard": {"memory.available": "lots"}}),
+        ("a threshold that is neither a percentage nor a quantity in evictionMinimumReclaim",
+         {"evictionMinimumReclaim": {"memory.available": "lots"}}),
+        ("an evictionSoftGracePeriod that isn't a duration", {"evictionSoft": {"memory.available": "10%"},
+                                                              "evictionSoftGracePeriod": {"memory.available": "soon"}}),
+        ("a negative evictionSoftGracePeriod", {"evictionSoft": {"memory.available": "10%"},
+                                                "evictionSoftGracePeriod": {"memory.available": "-1m"}}),
+        ("an evictionSoft threshold with no matching grace period", {
+            "evictionSoft": {"memory.available": "10%"}, "evictionSoftGracePeriod": {"nodefs.available": "1m"}}),
+        ("an evictionSoftGracePeriod with no matching threshold",
+         {"evictionSoftGracePeriod": {"memory.available": "1m"}}),
+        ("an imageGC high threshold at the low threshold", {"imageGCHighThresholdPercent": 70,
+                                                           "imageGCLowThresholdPercent": 70}),
+        ("clusterDNS as a string rather than a list", {"clusterDNS": "10.0.0.10"}),
+        ("maxPods as a bool", {"maxPods": True}), ("podsPerCore as a string", {"podsPerCore": "10"}),
+        ("kubeReserved with non-string values", {"kubeReserved": {"cpu": 1}}),
+        ("systemReserved with non-string values", {"systemReserved": {"cpu": 1}}),
+        ("evictionHard with non-string values", {"evictionHard": {"memory.available": 5}}),
+        ("evictionSoft with non-string values", {"evictionSoft": {"memory.available": 5}}),
+        ("evictionMaxPodGracePeriod as a string", {"evictionMaxPodGracePeriod": "30"}),
+        ("imageGCHighThresholdPercent as a string", {"imageGCHighThresholdPercent": "80"}),
+        ("cpuCFSQuota as a string", {"cpuCFSQuota": "true"}))],
     # --- EC2NodeClass: metadata options ------------------------------------------------------------------------------
     Case("metadataOptions: should succeed for valid inputs", "EC2NodeClass", {"spec.metadataOptions": {
         "httpEndpoint": "disabled", "httpProtocolIPv6": "enabled", "httpPutResponseHopLimit": 2,
@@ -723,6 +777,32 @@ CASES: list[Case] = [
          {"spec.role": DELETE, "spec.instanceProfile": "test-instance-profile"}, True,
          update={"spec.role": "test-role", "spec.instanceProfile": DELETE}),
 ]
+
+# Where karpy knowingly differs from Karpenter: the CRD admits these as Karpenter's does, and Karpenter's controller
+# also accepts the first group (kubelet CEL expressions, which karpy's launch path cannot evaluate yet) and rejects the
+# second (nested kubelet fields, which karpy does not check below the top level).
+KARPY_REJECTS_KARPENTER_ACCEPTS = [
+    ({"maxPods": "vcpus * 10"}, "maxPods expressions are not supported by karpy"),
+    ({"kubeReserved": {"memory": "memory * 0.1"}}, "reservation expressions are not supported by karpy"),
+    ({"systemReserved": {"cpu": "vcpus * 10m"}}, "reservation expressions are not supported by karpy"),
+]
+KARPY_ACCEPTS_KARPENTER_REJECTS = [
+    {"logging": {"bogusLoggingField": True}},
+    {"logging": {"options": {"json": {"nope": "x"}}}},
+    {"logging": {"format": 12345}},
+]
+
+
+def test_known_kubelet_deviations_are_explicit(evaluators):
+    for kubelet, message in KARPY_REJECTS_KARPENTER_ACCEPTS:
+        raw = Case("", "EC2NodeClass", {"spec.kubelet": kubelet}, True).document()
+        assert evaluators["EC2NodeClass"].create(raw)[1] == []
+        assert any(message in e for e in _karpy(raw)), kubelet
+    for kubelet in KARPY_ACCEPTS_KARPENTER_REJECTS:
+        raw = Case("", "EC2NodeClass", {"spec.kubelet": kubelet}, True).document()
+        assert evaluators["EC2NodeClass"].create(raw)[1] == []
+        assert _karpy(raw) == []
+
 
 # update cases whose second version Karpenter rejects
 UPDATE_REJECTED = {
