@@ -63,6 +63,14 @@ class _Cel:
                                extensions=[ext_strings.ExtStrings()], functions=functions)
         self._programs: dict[str, Any] = {}
 
+    def compile_error(self, rule: str) -> str | None:
+        """Why a rule does not compile (None when it does)."""
+        try:
+            self._programs.setdefault(rule, self._env.compile(rule))
+        except Exception as e:  # the binding raises plain RuntimeError/ValueError
+            return str(e)
+        return None
+
     def evaluate(self, rule: str, value: Any, old: Any) -> tuple[bool | None, str]:
         """(True/False, "") for a rule that evaluated to a bool, (None, error) when compiling or evaluating failed."""
         program = self._programs.get(rule)
@@ -90,6 +98,26 @@ class _Cel:
 _CEL: _Cel | None = None
 
 
+def compile_errors(crd: dict[str, Any]) -> list[str]:
+    """Every x-kubernetes-validations rule of a CRD that does not compile, with where it is and why."""
+    out: list[str] = []
+
+    def walk(schema: dict[str, Any], path: str) -> None:
+        for rule in schema.get("x-kubernetes-validations", []):
+            err = _cel().compile_error(rule["rule"])
+            if err:
+                out.append(f"{path or '<root>'}: {rule['rule']}: {err}")
+        for k, sub in (schema.get("properties") or {}).items():
+            walk(sub, _join(path, k))
+        for key, suffix in (("items", "[]"), ("additionalProperties", "{}")):
+            if isinstance(schema.get(key), dict):
+                walk(schema[key], path + suffix)
+
+    for v in crd["spec"]["versions"]:
+        walk(v["schema"]["openAPIV3Schema"], "")
+    return out
+
+
 def _cel() -> _Cel:
     global _CEL
     if _CEL is None:
@@ -115,6 +143,30 @@ def _type_name(v: Any) -> str:
     if isinstance(v, list):
         return "array"
     return "object" if isinstance(v, dict) else type(v).__name__
+
+
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_QUALIFIED_NAME = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+                             r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
+
+
+def _object_meta(meta: Any, errors: list[FieldError]) -> None:
+    """The apiserver's ObjectMeta checks that concern these objects: a custom resource's name is a DNS subdomain;
+    label keys are qualified names (prefix at most 253, name at most 63) and values label values (at most 63)."""
+    if not isinstance(meta, dict):
+        return
+    name = meta.get("name")
+    if isinstance(name, str) and (len(name) > 253 or not _DNS_SUBDOMAIN.match(name)):
+        errors.append(FieldError("metadata.name", f"Invalid value: {name!r}: a lowercase RFC 1123 subdomain"))
+    for k, v in (meta.get("labels") or {}).items():
+        prefix, _, last = str(k).rpartition("/")
+        if not _QUALIFIED_NAME.match(str(k)) or len(last) > 63 or len(prefix) > 253:
+            errors.append(FieldError("metadata.labels", f"Invalid value: {k!r}: name part must consist of "
+                                                        "alphanumeric characters, '-', '_' or '.'"))
+        if not isinstance(v, str) or len(v) > 63 or not _LABEL_VALUE.match(v):
+            errors.append(FieldError("metadata.labels", f"Invalid value: {v!r}: a valid label must be an empty "
+                                                        "string or consist of alphanumeric characters"))
 
 
 def _is_transition(rule: str) -> bool:
@@ -155,6 +207,7 @@ class CRDEvaluator:
         obj = self._prune(obj, self.schema, "", errors)
         obj = self._default(obj, self.schema)
         if check:
+            _object_meta(obj.get("metadata"), errors)
             blocking: list[FieldError] = []
             self._validate(obj, self.schema, "", errors, blocking)
             if not blocking:  # as the apiserver: CEL runs unless a value has the wrong type

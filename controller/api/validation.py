@@ -16,6 +16,7 @@ from controller.api.kinds import (
     KINDS,
     KUBELET_CONFIGURATION_FIELDS,
     RESERVED_RESOURCES,
+    label_value,
     qualified_name,
 )
 from controller.api.labels import RESTRICTED_LABEL_DOMAINS, WELL_KNOWN_VALUES, is_restricted_label
@@ -98,6 +99,26 @@ def _taints(spec: dict[str, Any], base: str, out: list[ValidationIssue]) -> None
                 out.append(ValidationIssue(f"{base}.{field}[{i}]",
                                            f"duplicate taint Key/Effect pair {pair[0]}={pair[1]}"))
             seen.add(pair)
+
+
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def _metadata(meta: Any, out: list[ValidationIssue]) -> None:
+    """What the apiserver checks of any object's metadata: the name is a DNS subdomain, labels are qualified names
+    with label values."""
+    if not isinstance(meta, dict):
+        return
+    name = meta.get("name")
+    if isinstance(name, str) and (len(name) > 253 or not _DNS_SUBDOMAIN.match(name)):
+        out.append(ValidationIssue("metadata.name", f"{name[:80]!r} is not a DNS subdomain (lowercase alphanumerics, "
+                                                    "'-' and '.', at most 253 characters)"))
+    labels = meta.get("labels")
+    if isinstance(labels, dict):
+        for k, v in labels.items():
+            msg = qualified_name(str(k)) or label_value(v)
+            if msg:
+                out.append(ValidationIssue(f"metadata.labels[{k}]", msg))
 
 
 def _nodepool(raw: dict[str, Any], out: list[ValidationIssue]) -> None:
@@ -238,6 +259,7 @@ def validate_document(doc: Document) -> list[ValidationError]:
         return []
     issues: list[ValidationIssue] = []
     validate(doc.raw, schema, "", issues)
+    _metadata(doc.raw.get("metadata"), issues)
     RULES[doc.kind](doc.raw, issues)
     seen: set[tuple[str, str]] = set()
     out = []

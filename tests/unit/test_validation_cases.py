@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from controller.api import Document, validate_document
-from controller.api.crdeval import CRDEvaluator
+from controller.api.crdeval import CRDEvaluator, compile_errors
 from controller.api.crds import crd_manifests
 
 DELETE = object()
@@ -359,6 +359,13 @@ CASES: list[Case] = [
     Case("should succeed when changing the static NodePool nodes limit", "NodePool",
          {"spec.replicas": 5, "spec.limits": {"nodes": "10"}}, True,
          update={"spec.replicas": 5, "spec.limits": {"nodes": "20"}}),
+    # --- metadata, as the apiserver checks it on any object ----------------------------------------------------------
+    Case("object labels are qualified names", "NodePool", {"metadata.labels": {"team": "a", "example.com/x": "b"}},
+         True),
+    Case("object label keys are qualified names", "NodePool", {"metadata.labels": {"bad key": "a"}}, False),
+    Case("object label values are label values", "EC2NodeClass", {"metadata.labels": {"team": "not ok!"}}, False),
+    Case("object label names are at most 63 characters", "NodeClaim", {"metadata.labels": {"x" * 64: "a"}}, False),
+    Case("names are DNS subdomains", "NodePool", {"metadata.name": "Default_Pool"}, False),
     # --- NodeClaim ----------------------------------------------------------------------------------------------------
     Case("NodeClaim: should succeed for valid taints", "NodeClaim", {"spec.taints": [
         taint("a", "NoSchedule", "b"), taint("test.com/Test", "PreferNoSchedule", "f"),
@@ -824,6 +831,27 @@ def evaluators() -> dict[str, CRDEvaluator]:
 def _karpy(raw: dict[str, Any]) -> list[str]:
     doc = Document("case.yaml", 0, raw["apiVersion"], raw["kind"], raw["metadata"]["name"], None, raw)
     return [str(e) for e in validate_document(doc)]
+
+
+def test_every_crd_rule_compiles_and_karpy_checks_it():
+    from controller.api.kinds import KINDS
+    from controller.api.schema import Field
+
+    crds = crd_manifests()
+    assert all(compile_errors(crd) == [] for crd in crds), [compile_errors(crd) for crd in crds]
+
+    def rules(f: Field) -> list[Any]:
+        out = list(f.rules)
+        for child in [*f.fields.values(), f.items, f.values]:
+            if child is not None:
+                out.extend(rules(child))
+        return out
+
+    every = [r for schema in KINDS.values() for r in rules(schema)]
+    assert len(every) >= 40
+    assert [r.cel for r in every if r.check is None and not r.transition] == []
+    in_crds = sum(str(crd).count("'rule':") for crd in crds)
+    assert in_crds == len(every)
 
 
 def test_the_table_is_large_and_has_both_verdicts():
