@@ -417,6 +417,8 @@ CASES: list[Case] = [
       for v, ok in (("30s", True), ("1h30m5s", True), ("-1s", False), ("1hr", False), ("Never", False))],
     *[Case(f"NodeClaim: expireAfter {v}", "NodeClaim", {"spec.expireAfter": v}, ok)
       for v, ok in (("30s", True), ("Never", True), ("-1s", False), ("FooNever", False))],
+    Case("NodeClaim: an overlong key (karpy checks label syntax everywhere; the CRD admits it)", "NodeClaim",
+         {"spec.requirements": req(f"example.com/{LONG}", "Exists")}, False, runtime=True),
     Case("NodeClaim: resources requests are quantities", "NodeClaim",
          {"spec.resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}, True),
     Case("NodeClaim: spec is immutable", "NodeClaim", {}, True, update={"spec.expireAfter": "1h"}),
@@ -497,6 +499,9 @@ CASES: list[Case] = [
     Case("should fail when specifying id with tags (subnet)", "EC2NodeClass",
          {"spec.subnetSelectorTerms": [{"id": "subnet-12345749", "tags": {"test": "testvalue"}}]}, False,
          "'id' is mutually exclusive, cannot be set with a combination of other fields in a subnet selector term"),
+    Case("id with tags in one of several terms passes (Karpenter's rule fires only when every term combines them)",
+         "EC2NodeClass",
+         {"spec.subnetSelectorTerms": [{"id": "subnet-12345749", "tags": {"a": "b"}}, {"tags": {"c": "d"}}]}, True),
     Case("a subnet id must look like one", "EC2NodeClass", {"spec.subnetSelectorTerms": [{"id": "sn-1"}]}, False),
     Case("at most 20 tags in a selector term", "EC2NodeClass",
          {"spec.subnetSelectorTerms": [{"tags": {f"t{i}": "v" for i in range(21)}}]}, False),
