@@ -151,8 +151,8 @@ def test_a_bad_pool_fails_synth_naming_the_field():
         validated_manifests([bad], "stacks/pools.py[dev]")
     message = str(e.value)
     assert "stacks/pools.py[dev]: NodePool/broken: spec.weight: must be <= 100, got 101" in message
-    assert ("stacks/pools.py[dev]: NodePool/broken: spec.template.spec.requirements[0].values: Gt takes exactly one "
-            "integer") in message
+    assert ("stacks/pools.py[dev]: NodePool/broken: spec.template.spec.requirements: requirements operator 'Gt', "
+            "'Lt', 'Gte', or 'Lte' must have a single positive integer value") in message
 
 
 def test_controller_deployment_is_wired_from_outputs(stacks):
