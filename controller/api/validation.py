@@ -268,3 +268,13 @@ def validate_document(doc: Document) -> list[ValidationError]:
             seen.add((i.path, i.message))
             out.append(ValidationError(doc.ref, i.path, i.message))
     return out
+
+
+def spec_errors(manifest: dict[str, Any], prefix: str = "") -> list[str]:
+    """What a stored object's spec breaks of Karpenter's rules ([] when valid), as `path: message`; `prefix` keeps
+    only errors under a path (e.g. spec.kubelet). The controllers run it as Karpenter's validation controllers run
+    their runtime checks; on an apiserver without CEL it also catches what the CRD's rules would have refused."""
+    raw = {"apiVersion": manifest.get("apiVersion", ""), "kind": manifest.get("kind", ""),
+           "metadata": {"name": (manifest.get("metadata") or {}).get("name", "")}, "spec": manifest.get("spec")}
+    doc = Document("cluster", 0, str(raw["apiVersion"]), str(raw["kind"]), str(raw["metadata"]["name"]), None, raw)
+    return [f"{e.path}: {e.message}" for e in validate_document(doc) if e.path.startswith(prefix or "spec")]
