@@ -19,7 +19,7 @@ from controller.api.kinds import (
     label_value,
     qualified_name,
 )
-from controller.api.labels import RESTRICTED_LABEL_DOMAINS, WELL_KNOWN_VALUES, is_restricted_label
+from controller.api.labels import WELL_KNOWN_VALUES
 from controller.api.quantity import QuantityError, parse_quantity
 from controller.api.schema import ValidationIssue, validate
 
@@ -49,8 +49,9 @@ class InvalidDocument(Exception):
 
 
 def _requirements(reqs: Any, path: str, out: list[ValidationIssue]) -> None:
-    """Karpenter's runtime requirement checks beyond the CRD: restricted keys as its Go code decides them, and an In
-    on a label with known values (capacity type, tenancy) must keep at least one known value (minValues of them)."""
+    """Karpenter's runtime requirement check beyond the CRD: an In on a label with known values (capacity type,
+    tenancy) must keep at least one known value (minValues of them). Restricted keys are the CRD's rules (its
+    domain test covers the runtime one)."""
     if not isinstance(reqs, list):
         return
     for i, r in enumerate(reqs):
@@ -58,8 +59,6 @@ def _requirements(reqs: Any, path: str, out: list[ValidationIssue]) -> None:
             continue
         p = f"{path}[{i}]"
         key, op, values = r["key"], r.get("operator"), r.get("values") or []
-        if is_restricted_label(key):
-            out.append(ValidationIssue(f"{p}.key", _restricted(key)))
         known = WELL_KNOWN_VALUES.get(key)
         if known is None or op != "In" or not isinstance(values, list):
             continue
@@ -70,12 +69,6 @@ def _requirements(reqs: Any, path: str, out: list[ValidationIssue]) -> None:
         elif isinstance(r.get("minValues"), int) and len(valid) < r["minValues"]:
             out.append(ValidationIssue(f"{p}.values", f"not enough valid values found in {values} for {key}, expected "
                                                       f"at least {r['minValues']} valid values from: {sorted(known)}"))
-
-
-def _restricted(key: str) -> str:
-    return (f"using label {key} is not allowed as it might interfere with the internal provisioning logic; specify a "
-            "well known label or a custom label that does not use a restricted domain: "
-            f"{', '.join(sorted(RESTRICTED_LABEL_DOMAINS))}")
 
 
 def _taints(spec: dict[str, Any], base: str, out: list[ValidationIssue]) -> None:
@@ -135,8 +128,6 @@ def _nodepool(raw: dict[str, Any], out: list[ValidationIssue]) -> None:
             msg = qualified_name(str(k))
             if msg:
                 out.append(ValidationIssue(p, msg))
-            elif is_restricted_label(str(k)):
-                out.append(ValidationIssue(p, _restricted(str(k))))
 
 
 def _nodeclaim(raw: dict[str, Any], out: list[ValidationIssue]) -> None:

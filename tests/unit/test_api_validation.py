@@ -124,7 +124,7 @@ def test_nodepool_accepts(path, value):
      "is not one of"),
     ("spec.template.spec.taints", [{"key": "a"}], "spec.template.spec.taints[0].effect", "required"),
     ("spec.template.metadata", {"labels": {"kubernetes.io/hostname": "x"}},
-     "spec.template.metadata.labels[kubernetes.io/hostname]", "restricted"),
+     "spec.template.metadata.labels", 'label "kubernetes.io/hostname" is restricted'),
     ("spec.template.metadata", {"labels": {"team": "not valid!"}}, "spec.template.metadata.labels[team]",
      "not a valid label value"),
 ])
