@@ -59,16 +59,37 @@ class _Cel:
                                                       is_member=True, impl=_find_all)]),
         ]
         self._cel = cel
+        self._ext = ext_strings.ExtStrings
+        self._functions = functions
         self._env = cel.NewEnv(variables={"self": cel.Type.DYN, "oldSelf": cel.Type.DYN},
                                extensions=[ext_strings.ExtStrings()], functions=functions)
         self._programs: dict[str, Any] = {}
 
-    def compile_error(self, rule: str) -> str | None:
-        """Why a rule does not compile (None when it does)."""
+    def _type(self, schema: dict[str, Any]) -> Any:
+        """The CEL type of a schema node, as far as the apiserver types it (objects as maps of dyn)."""
+        t, T = schema.get("type"), self._cel.Type
+        if schema.get("x-kubernetes-int-or-string") or t is None:
+            return T.DYN
+        if t == "array":
+            return T.List(self._type(schema.get("items") or {}))
+        if t == "object":
+            if "properties" in schema or not isinstance(schema.get("additionalProperties"), dict):
+                return T.Map(T.STRING, T.DYN)
+            return T.Map(T.STRING, self._type(schema["additionalProperties"]))
+        return {"string": T.STRING, "integer": T.INT, "boolean": T.BOOL, "number": T.DOUBLE}.get(t, T.DYN)
+
+    def compile_error(self, rule: str, schema: dict[str, Any] | None = None) -> str | None:
+        """Why a rule does not compile with `self` typed from its schema node, or does not return a bool (None
+        when it is fine)."""
+        t = self._type(schema or {})
+        env = self._cel.NewEnv(variables={"self": t, "oldSelf": t}, extensions=[self._ext()],
+                               functions=self._functions)
         try:
-            self._programs.setdefault(rule, self._env.compile(rule))
+            returns = env.compile(rule).return_type()
         except Exception as e:  # the binding raises plain RuntimeError/ValueError
             return str(e)
+        if returns.name().lower() not in ("bool", "dyn"):
+            return f"returns {returns.name()}, not bool"
         return None
 
     def evaluate(self, rule: str, value: Any, old: Any) -> tuple[bool | None, str]:
@@ -104,7 +125,7 @@ def compile_errors(crd: dict[str, Any]) -> list[str]:
 
     def walk(schema: dict[str, Any], path: str) -> None:
         for rule in schema.get("x-kubernetes-validations", []):
-            err = _cel().compile_error(rule["rule"])
+            err = _cel().compile_error(rule["rule"], schema)
             if err:
                 out.append(f"{path or '<root>'}: {rule['rule']}: {err}")
         for k, sub in (schema.get("properties") or {}).items():

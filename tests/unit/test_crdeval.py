@@ -110,6 +110,12 @@ def test_compile_errors_name_the_rule():
     bad = copy.deepcopy(CRD)
     bad["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["x-kubernetes-validations"].append(
         {"rule": "self.size +", "message": "broken"})
+    size = bad["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["size"]
+    size["x-kubernetes-validations"] = [{"rule": "self.startsWith('a')", "message": "a string function on an int"},
+                                        {"rule": "self + 1", "message": "not a bool"}]
     errs = compile_errors(bad)
-    assert len(errs) == 1 and errs[0].startswith("spec: self.size +")
+    assert len(errs) == 3, errs
+    assert errs[0].startswith("spec: self.size +")
+    assert errs[1].startswith("spec.size: self.startsWith('a')")
+    assert errs[2].startswith("spec.size: self + 1: returns ") and errs[2].endswith("not bool")
     assert compile_errors(CRD) == []
