@@ -311,6 +311,15 @@ class CRDEvaluator:
             if "minItems" in schema and len(value) < schema["minItems"]:
                 errors.append(FieldError(path, f"Invalid value: {len(value)}: {path} in body should have at least "
                                                f"{schema['minItems']} items"))
+            map_keys = schema.get("x-kubernetes-list-map-keys") or []
+            if schema.get("x-kubernetes-list-type") == "map" and map_keys:
+                seen: list[tuple[Any, ...]] = []
+                for i, item in enumerate(value):
+                    if isinstance(item, dict):
+                        key = tuple(item.get(k) for k in map_keys)
+                        if key in seen:
+                            errors.append(FieldError(f"{path}[{i}]", f"Duplicate value: {key}"))
+                        seen.append(key)
             if schema.get("x-kubernetes-list-type") == "set":
                 for i, item in enumerate(value):
                     if item in value[:i]:

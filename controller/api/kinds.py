@@ -218,7 +218,7 @@ def _conditions() -> Field:
                reason=S(max_length=1024, pattern=r"^([A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?|)$"),
                message=S(max_length=32768), lastTransitionTime=S(format="date-time"),
                observedGeneration=I(minimum=0, format="int64")),
-             "Conditions (Ready and its dependents).")
+             "Conditions (Ready and its dependents).", list_type="map", list_map_keys=("type",))
 
 
 def _metadata() -> Field:
@@ -283,7 +283,7 @@ NODEPOOL_SPEC = O(
                            rules=(Rule("self.all(x, has(x.schedule) == has(x.duration))",
                                        "'schedule' must be set with 'duration'",
                                        lambda bs: all(_has(b, "schedule") == _has(b, "duration") for b in bs)),)),
-                 default={}),
+                 default={"consolidateAfter": "0s"}),
     limits=M(Q(), "Resource limits of the pool (cpu, memory, nvidia.com/gpu, ...); only nodes when replicas is set."),
     weight=I("Priority among pools (higher first); not with replicas.", minimum=1, maximum=100, format="int32"),
     replicas=I("Static node count: the pool keeps exactly this many nodes (static capacity).", minimum=0,
@@ -297,7 +297,7 @@ NODEPOOL_SPEC = O(
              lambda spec: not (_has(spec, "replicas") and _has(spec, "weight"))),
     ),
 )
-NODEPOOL_STATUS = O("Observed state.", resources=M(Q()), nodes=I(minimum=0, format="int64"), conditions=_conditions(),
+NODEPOOL_STATUS = O("Observed state.", resources=M(Q()), nodes=I(default=0, format="int64"), conditions=_conditions(),
                     nodeClassObservedGeneration=I(format="int64"))
 
 # --- NodeClaim -----------------------------------------------------------------------------------------------------

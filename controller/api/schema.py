@@ -61,6 +61,7 @@ class Field:
     max_properties: int | None = None
     format: str | None = None
     list_type: str | None = None  # x-kubernetes-list-type
+    list_map_keys: tuple[str, ...] = ()  # x-kubernetes-list-map-keys of a list-type map
     pattern_message: str | None = None  # what karpy says when the pattern does not match
     open_crd: bool = False  # the CRD serves an open map (Karpenter's kubelet); karpy still types the known fields
 
@@ -152,6 +153,14 @@ def validate(value: Any, schema: Field, path: str, issues: list[ValidationIssue]
             issues.append(ValidationIssue(path, f"needs at least {schema.min_items} item(s)"))
         if schema.max_items is not None and len(value) > schema.max_items:
             issues.append(ValidationIssue(path, f"takes at most {schema.max_items} item(s), got {len(value)}"))
+        if schema.list_type == "map" and schema.list_map_keys:
+            keys: list[tuple[Any, ...]] = []
+            for i, item in enumerate(value):
+                if isinstance(item, dict):
+                    key = tuple(item.get(k) for k in schema.list_map_keys)
+                    if key in keys:
+                        issues.append(ValidationIssue(f"{path}[{i}]", f"duplicate entry for {key}"))
+                    keys.append(key)
         if schema.list_type == "set":
             seen: list[Any] = []
             for i, item in enumerate(value):
@@ -287,6 +296,8 @@ def openapi(schema: Field) -> dict[str, Any]:
         out["pattern"] = schema.pattern
     if schema.list_type:
         out["x-kubernetes-list-type"] = schema.list_type
+    if schema.list_map_keys:
+        out["x-kubernetes-list-map-keys"] = list(schema.list_map_keys)
     if schema.rules:
         out["x-kubernetes-validations"] = [{"message": r.message, "rule": r.cel} for r in schema.rules]
     return out
