@@ -13,7 +13,7 @@ from controller.api.schema import openapi
 _CRDS: tuple[tuple[str, str, str, str, str, list[str], list[dict[str, Any]]], ...] = (
     ("karpenter.sh", "v1", "NodePool", "nodepools", "nodepool", [], [
         {"name": "NodeClass", "type": "string", "jsonPath": ".spec.template.spec.nodeClassRef.name"},
-        {"name": "Nodes", "type": "string", "jsonPath": ".status.resources.nodes"},
+        {"name": "Nodes", "type": "string", "jsonPath": ".status.nodes"},
         {"name": "Ready", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].status'},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
         {"name": "Weight", "type": "integer", "jsonPath": ".spec.weight", "priority": 1},
@@ -27,9 +27,12 @@ _CRDS: tuple[tuple[str, str, str, str, str, list[str], list[dict[str, Any]]], ..
         {"name": "Node", "type": "string", "jsonPath": ".status.nodeName"},
         {"name": "Ready", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].status'},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+        {"name": "ImageID", "type": "string", "jsonPath": ".status.imageID", "priority": 1},
         {"name": "ID", "type": "string", "jsonPath": ".status.providerID", "priority": 1},
         {"name": "NodePool", "type": "string", "jsonPath": '.metadata.labels.karpenter\\.sh/nodepool', "priority": 1},
         {"name": "NodeClass", "type": "string", "jsonPath": ".spec.nodeClassRef.name", "priority": 1},
+        {"name": "Drifted", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Drifted")].status',
+         "priority": 1},
     ]),
     ("karpenter.k8s.aws", "v1", "EC2NodeClass", "ec2nodeclasses", "ec2nodeclass", ["ec2nc", "ec2ncs"], [
         {"name": "Ready", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Ready")].status'},
@@ -50,11 +53,14 @@ def crd_manifests() -> list[dict[str, Any]]:
                                  "categories": ["karpenter"]}
         if short:
             names["shortNames"] = short
+        subresources: dict[str, Any] = {"status": {}}
+        if kind == "NodePool":  # static pools scale through spec.replicas, as Karpenter's CRD serves it
+            subresources["scale"] = {"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.nodes"}
         out.append({
             "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
             "metadata": {"name": f"{plural}.{group}"},
             "spec": {"group": group, "names": names, "scope": "Cluster", "versions": [{
-                "name": version, "served": True, "storage": True, "subresources": {"status": {}},
+                "name": version, "served": True, "storage": True, "subresources": subresources,
                 "additionalPrinterColumns": columns, "schema": {"openAPIV3Schema": body}}]},
         })
     return out

@@ -64,6 +64,11 @@ INSTANCE_ACCELERATOR_COUNT = "karpenter.k8s.aws/instance-accelerator-count"
 INSTANCE_CAPABILITY_FLEX = "karpenter.k8s.aws/instance-capability-flex"
 CAPACITY_RESERVATION_ID = "karpenter.k8s.aws/capacity-reservation-id"
 CAPACITY_RESERVATION_TYPE = "karpenter.k8s.aws/capacity-reservation-type"
+CAPACITY_RESERVATION_INTERRUPTIBLE = "karpenter.k8s.aws/capacity-reservation-interruptible"
+INSTANCE_TENANCY = "karpenter.k8s.aws/instance-tenancy"
+NITRO_SANDBOX = "karpenter.k8s.aws/nitro-sandbox"
+PLACEMENT_GROUP_ID = "karpenter.k8s.aws/placement-group-id"
+PLACEMENT_GROUP_PARTITION = "karpenter.k8s.aws/placement-group-partition"
 
 AWS_INSTANCE_LABELS: frozenset[str] = frozenset({
     INSTANCE_HYPERVISOR, INSTANCE_ENCRYPTION_IN_TRANSIT, INSTANCE_CATEGORY, INSTANCE_FAMILY, INSTANCE_GENERATION,
@@ -71,20 +76,27 @@ AWS_INSTANCE_LABELS: frozenset[str] = frozenset({
     INSTANCE_MEMORY, INSTANCE_EBS_BANDWIDTH, INSTANCE_NETWORK_BANDWIDTH, INSTANCE_GPU_NAME, INSTANCE_GPU_MANUFACTURER,
     INSTANCE_GPU_COUNT, INSTANCE_GPU_MEMORY, INSTANCE_ACCELERATOR_NAME, INSTANCE_ACCELERATOR_MANUFACTURER,
     INSTANCE_ACCELERATOR_COUNT, INSTANCE_CAPABILITY_FLEX, CAPACITY_RESERVATION_ID, CAPACITY_RESERVATION_TYPE,
+    CAPACITY_RESERVATION_INTERRUPTIBLE, INSTANCE_TENANCY, NITRO_SANDBOX, PLACEMENT_GROUP_ID, PLACEMENT_GROUP_PARTITION,
     ZONE_ID, EC2NODECLASS,
 })
+# The karpenter.k8s.aws keys a NodePool or NodeClaim may name (every other key in that domain is Karpenter's own).
+AWS_UNRESTRICTED_LABELS: frozenset[str] = frozenset(k for k in AWS_INSTANCE_LABELS if k.startswith(AWS_GROUP + "/"))
 
 # Labels Karpenter knows how to satisfy by choosing an instance type / offering / NodePool.
 WELL_KNOWN_LABELS: frozenset[str] = frozenset({
     NODEPOOL, ZONE, REGION, INSTANCE_TYPE, ARCH, OS, CAPACITY_TYPE, WINDOWS_BUILD,
 }) | AWS_INSTANCE_LABELS
 
-# Domains users may not set labels in, except for the well-known keys and the exceptions below.
-RESTRICTED_LABEL_DOMAINS: frozenset[str] = frozenset({"kubernetes.io", "k8s.io", GROUP, AWS_GROUP})
-LABEL_DOMAIN_EXCEPTIONS: frozenset[str] = frozenset({"kops.k8s.io", "node.kubernetes.io",
-                                                     "node-restriction.kubernetes.io"})
+# Domains users may not set labels in, except for the well-known keys. Karpenter no longer restricts kubernetes.io
+# or k8s.io: only kubernetes.io/hostname among them.
+RESTRICTED_LABEL_DOMAINS: frozenset[str] = frozenset({GROUP, AWS_GROUP})
 # Labels that may never appear in a NodePool's requirements or template labels.
 RESTRICTED_LABELS: frozenset[str] = frozenset({HOSTNAME, NODEPOOL})
+# Values Karpenter knows for a well-known label: an In requirement must keep at least one of them.
+WELL_KNOWN_VALUES: dict[str, frozenset[str]] = {
+    CAPACITY_TYPE: frozenset({CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_SPOT, CAPACITY_TYPE_RESERVED}),
+    INSTANCE_TENANCY: frozenset({"default", "dedicated"}),
+}
 
 # Labels whose value is an integer, so Gt/Lt/Gte/Lte make sense on them.
 INTEGER_LABELS: frozenset[str] = frozenset({
@@ -100,14 +112,12 @@ def label_domain(key: str) -> str:
 
 
 def is_restricted_label(key: str) -> bool:
-    """True for keys a NodePool may not require or set: kubernetes.io/hostname, karpenter.sh/nodepool and any key
-    in a restricted domain that is neither well known nor in an excepted domain."""
+    """True for keys a NodePool may not require or set, as Karpenter's runtime validation decides:
+    kubernetes.io/hostname, karpenter.sh/nodepool and any key in a restricted domain (or a subdomain of one) that is
+    not well known."""
     if key in RESTRICTED_LABELS:
         return True
     if key in WELL_KNOWN_LABELS:
         return False
     domain = label_domain(key)
-    for exc in LABEL_DOMAIN_EXCEPTIONS:
-        if domain == exc or domain.endswith("." + exc):
-            return False
     return any(domain == d or domain.endswith("." + d) for d in RESTRICTED_LABEL_DOMAINS)

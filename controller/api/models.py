@@ -158,6 +158,11 @@ class EC2NodeClass:
     associate_public_ip_address: bool | None
     detailed_monitoring: bool | None
     instance_store_policy: str | None
+    network_interfaces: list[dict[str, Any]]
+    placement_group_selector: dict[str, Any] | None
+    cpu_options: dict[str, Any] | None
+    connection_tracking: dict[str, Any] | None
+    ip_prefix_count: int | None
     conditions: list[Condition]
     manifest: dict[str, Any] = field(repr=False)
 
@@ -240,4 +245,7 @@ def parse_ec2nodeclass(doc: Document) -> EC2NodeClass:
         block_device_mappings=spec.get("blockDeviceMappings") or [], metadata_options=spec["metadataOptions"],
         associate_public_ip_address=spec.get("associatePublicIPAddress"),
         detailed_monitoring=spec.get("detailedMonitoring"), instance_store_policy=spec.get("instanceStorePolicy"),
-        conditions=_conditions(m.get("status") or {}), manifest=m)
+        network_interfaces=spec.get("networkInterfaces") or [],
+        placement_group_selector=spec.get("placementGroupSelector"),
+        cpu_options=spec.get("cpuOptions"), connection_tracking=spec.get("connectionTracking"),
+        ip_prefix_count=spec.get("ipPrefixCount"), conditions=_conditions(m.get("status") or {}), manifest=m)

@@ -15,12 +15,25 @@ from controller.api.quantity import QuantityError, parse_quantity
 Check = Callable[[Any], str | None]  # returns an error message, or None when the value is fine
 
 
+@dataclass(frozen=True)
+class Rule:
+    """A rule over one field's value, written twice: as the CEL expression the generated CRD carries
+    (x-kubernetes-validations, Karpenter's rule and message) and as the Python predicate `karpy validate` runs, so
+    both reject the same documents with the same message. A transition rule (oldSelf) only applies on update."""
+
+    cel: str
+    message: str
+    check: Callable[[Any], bool] | None = None
+    transition: bool = False
+
+
 @dataclass
 class ValidationIssue:
     """An error at a field path (the document is added by the caller)."""
 
     path: str
     message: str
+    blocking: bool = False  # a value of the wrong type: the rules above it cannot run
 
 
 @dataclass
@@ -42,6 +55,15 @@ class Field:
     pattern: str | None = None
     check: Check | None = None
     preserve_unknown: bool = False
+    rules: tuple[Rule, ...] = ()
+    min_length: int | None = None
+    max_length: int | None = None
+    max_properties: int | None = None
+    format: str | None = None
+    list_type: str | None = None  # x-kubernetes-list-type
+    list_map_keys: tuple[str, ...] = ()  # x-kubernetes-list-map-keys of a list-type map
+    pattern_message: str | None = None  # what karpy says when the pattern does not match
+    open_crd: bool = False  # the CRD serves an open map (Karpenter's kubelet); karpy still types the known fields
 
 
 def S(description: str = "", **kw: Any) -> Field:
@@ -65,9 +87,9 @@ def Q(description: str = "", **kw: Any) -> Field:
 
 
 def O(description: str = "", required: tuple[str, ...] = (), default: Any = None,  # noqa: E743
-      **fields: Field) -> Field:
+      rules: tuple[Rule, ...] = (), **fields: Field) -> Field:
     """An object with known fields (`default` fills it in when absent)."""
-    return Field("object", description, fields=fields, required=required, default=default)
+    return Field("object", description, fields=fields, required=required, default=default, rules=rules)
 
 
 def A(items: Field, description: str = "", **kw: Any) -> Field:
@@ -88,6 +110,7 @@ _TYPE_NAMES = {"string": "a string", "integer": "an integer", "boolean": "true o
 def validate(value: Any, schema: Field, path: str, issues: list[ValidationIssue]) -> None:
     """Check value against schema, appending every problem found (not just the first)."""
     t = schema.type
+    before = len(issues)
     ok = {
         "string": isinstance(value, str),
         "integer": isinstance(value, int) and not isinstance(value, bool),
@@ -99,7 +122,8 @@ def validate(value: Any, schema: Field, path: str, issues: list[ValidationIssue]
         "int-or-string": isinstance(value, str | int) and not isinstance(value, bool),
     }[t]
     if not ok:
-        issues.append(ValidationIssue(path, f"must be {_TYPE_NAMES[t]}, got {type(value).__name__} {value!r}"))
+        issues.append(ValidationIssue(path, f"must be {_TYPE_NAMES[t]}, got {type(value).__name__} {value!r}"[:200],
+                                      blocking=True))
         return
     if t == "object":
         for name in schema.required:
@@ -119,6 +143,8 @@ def validate(value: Any, schema: Field, path: str, issues: list[ValidationIssue]
             validate(child, sub, _join(path, str(name)), issues)
     elif t == "map":
         assert schema.values is not None
+        if schema.max_properties is not None and len(value) > schema.max_properties:
+            issues.append(ValidationIssue(path, f"takes at most {schema.max_properties} entries, got {len(value)}"))
         for k, v in value.items():
             validate(v, schema.values, f"{path}[{k}]", issues)
     elif t == "array":
@@ -127,6 +153,20 @@ def validate(value: Any, schema: Field, path: str, issues: list[ValidationIssue]
             issues.append(ValidationIssue(path, f"needs at least {schema.min_items} item(s)"))
         if schema.max_items is not None and len(value) > schema.max_items:
             issues.append(ValidationIssue(path, f"takes at most {schema.max_items} item(s), got {len(value)}"))
+        if schema.list_type == "map" and schema.list_map_keys:
+            keys: list[tuple[Any, ...]] = []
+            for i, item in enumerate(value):
+                if isinstance(item, dict):
+                    key = tuple(item.get(k) for k in schema.list_map_keys)
+                    if key in keys:
+                        issues.append(ValidationIssue(f"{path}[{i}]", f"duplicate entry for {key}"))
+                    keys.append(key)
+        if schema.list_type == "set":
+            seen: list[Any] = []
+            for i, item in enumerate(value):
+                if item in seen:
+                    issues.append(ValidationIssue(f"{path}[{i}]", f"duplicate value {item!r}"))
+                seen.append(item)
         for i, item in enumerate(value):
             validate(item, schema.items, f"{path}[{i}]", issues)
     elif t == "quantity":
@@ -142,12 +182,29 @@ def validate(value: Any, schema: Field, path: str, issues: list[ValidationIssue]
             issues.append(ValidationIssue(path, f"must be >= {schema.minimum}, got {value}"))
         if schema.maximum is not None and value > schema.maximum:
             issues.append(ValidationIssue(path, f"must be <= {schema.maximum}, got {value}"))
-    if schema.pattern and isinstance(value, str) and not re.fullmatch(schema.pattern, value):
-        issues.append(ValidationIssue(path, f"{value!r} does not match {schema.pattern}"))
-    if schema.check is not None:
+    if isinstance(value, str):
+        if schema.min_length is not None and len(value) < schema.min_length:
+            issues.append(ValidationIssue(path, f"must be at least {schema.min_length} character(s)"))
+        if schema.max_length is not None and len(value) > schema.max_length:
+            issues.append(ValidationIssue(path, f"must be at most {schema.max_length} characters, got {len(value)}"))
+    if schema.pattern and isinstance(value, str) and not re.search(schema.pattern, value):
+        what = schema.pattern_message or f"does not match {schema.pattern}"
+        issues.append(ValidationIssue(path, f"{value[:80]!r} {what}"))
+    elif schema.check is not None:
         msg = schema.check(value)
         if msg:
             issues.append(ValidationIssue(path, msg))
+    if any(i.blocking for i in issues[before:]):
+        return  # as the apiserver: rules run unless a value below has the wrong type
+    for rule in schema.rules:
+        if rule.check is None or rule.transition:
+            continue
+        try:
+            passed = rule.check(value)
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError):
+            passed = False  # CEL fails a rule whose evaluation errors (a missing field, a non-integer)
+        if not passed:
+            issues.append(ValidationIssue(path, rule.message))
 
 
 def _join(path: str, name: str) -> str:
@@ -182,15 +239,23 @@ def _copy(v: Any) -> Any:
     return v
 
 
+QUANTITY_PATTERN = (r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|"
+                    r"([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$")
+
+
 def openapi(schema: Field) -> dict[str, Any]:
-    """The structural openAPIV3Schema (apiextensions.k8s.io/v1) for a schema node."""
+    """The structural openAPIV3Schema (apiextensions.k8s.io/v1) for a schema node, with Karpenter's bounds, formats
+    and x-kubernetes-validations rules."""
     out: dict[str, Any] = {}
     t = schema.type
     if t == "quantity":
         out = {"anyOf": [{"type": "integer"}, {"type": "string"}], "x-kubernetes-int-or-string": True,
-               "pattern": r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"}  # noqa: E501
+               "pattern": QUANTITY_PATTERN}
     elif t == "int-or-string":
         out = {"anyOf": [{"type": "integer"}, {"type": "string"}], "x-kubernetes-int-or-string": True}
+    elif t == "object" and schema.open_crd:
+        out = {"type": "object", "additionalProperties": {"x-kubernetes-preserve-unknown-fields": True},
+               "x-kubernetes-preserve-unknown-fields": True}
     elif t == "object":
         out = {"type": "object", "properties": {k: openapi(v) for k, v in schema.fields.items()}}
         if schema.required:
@@ -215,19 +280,33 @@ def openapi(schema: Field) -> dict[str, Any]:
         out["enum"] = list(schema.enum)
     if schema.default is not None:
         out["default"] = schema.default
+    if schema.format:
+        out["format"] = schema.format
     if schema.minimum is not None:
         out["minimum"] = schema.minimum
     if schema.maximum is not None:
         out["maximum"] = schema.maximum
+    if schema.min_length is not None:
+        out["minLength"] = schema.min_length
+    if schema.max_length is not None:
+        out["maxLength"] = schema.max_length
+    if schema.max_properties is not None:
+        out["maxProperties"] = schema.max_properties
     if schema.pattern and t == "string":
         out["pattern"] = schema.pattern
+    if schema.list_type:
+        out["x-kubernetes-list-type"] = schema.list_type
+    if schema.list_map_keys:
+        out["x-kubernetes-list-map-keys"] = list(schema.list_map_keys)
+    if schema.rules:
+        out["x-kubernetes-validations"] = [{"message": r.message, "rule": r.cel} for r in schema.rules]
     return out
 
 
 def walk_paths(schema: Field, prefix: str = "") -> list[str]:
     """Every field path the schema defines (for tests that the CRD covers each field)."""
     out = []
-    if schema.type == "object":
+    if schema.type == "object" and not schema.open_crd:
         for name, sub in schema.fields.items():
             p = _join(prefix, name)
             out.append(p)

@@ -1,22 +1,31 @@
-"""Validation of Karpenter documents with Karpenter's v1 rules: the schema (types, enums, bounds, formats, unknown
-fields) and the rules that span fields. Every error names the document and the field path."""
+"""Validation of Karpenter documents with Karpenter's v1 rules: the schema and its CEL rules (types, enums, bounds,
+patterns, unknown fields, rules that span fields; controller.api.kinds) and the checks Karpenter's controllers make
+at runtime (label syntax, restricted keys, known values, kubelet settings). Every error names the document and the
+field path."""
 
 from __future__ import annotations
 
+import difflib
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from controller.api.documents import Document
-from controller.api.kinds import AMI_ALIAS_FAMILIES, EVICTION_SIGNALS, KINDS, RESERVED_RESOURCES
-from controller.api.labels import INTEGER_LABELS, is_restricted_label
+from controller.api.kinds import (
+    EVICTION_SIGNALS,
+    KINDS,
+    KUBELET_CONFIGURATION_FIELDS,
+    RESERVED_RESOURCES,
+    label_value,
+    qualified_name,
+)
+from controller.api.labels import WELL_KNOWN_VALUES
+from controller.api.quantity import QuantityError, parse_quantity
 from controller.api.schema import ValidationIssue, validate
 
 OLD_KARPENTER = {("karpenter.sh/v1beta1", "NodePool"), ("karpenter.k8s.aws/v1beta1", "EC2NodeClass"),
                  ("karpenter.sh/v1alpha5", "Provisioner"), ("karpenter.k8s.aws/v1alpha1", "AWSNodeTemplate"),
                  ("karpenter.sh/v1beta1", "NodeClaim"), ("karpenter.sh/v1alpha5", "Machine")}
-RESTRICTED_TAG_PREFIXES = ("kubernetes.io/cluster/",)
-RESTRICTED_TAGS = ("karpenter.sh/nodepool", "karpenter.sh/nodeclaim", "karpenter.k8s.aws/ec2nodeclass",
-                   "eks:eks-cluster-name", "karpenter.sh/managed-by")
 
 
 @dataclass(frozen=True)
@@ -39,148 +48,190 @@ class InvalidDocument(Exception):
         self.errors = errors
 
 
-def _requirements(reqs: Any, path: str, out: list[ValidationIssue], nodepool: bool) -> None:
+def _requirements(reqs: Any, path: str, out: list[ValidationIssue]) -> None:
+    """Karpenter's runtime requirement check beyond the CRD: an In on a label with known values (capacity type,
+    tenancy) must keep at least one known value (minValues of them). Restricted keys are the CRD's rules (its
+    domain test covers the runtime one)."""
     if not isinstance(reqs, list):
         return
     for i, r in enumerate(reqs):
-        if not isinstance(r, dict):
+        if not isinstance(r, dict) or not isinstance(r.get("key"), str):
             continue
         p = f"{path}[{i}]"
-        key, op, values = r.get("key"), r.get("operator"), r.get("values") or []
-        if not isinstance(values, list):
+        key, op, values = r["key"], r.get("operator"), r.get("values") or []
+        known = WELL_KNOWN_VALUES.get(key)
+        if known is None or op != "In" or not isinstance(values, list):
             continue
-        if isinstance(key, str) and nodepool and is_restricted_label(key):
-            out.append(ValidationIssue(f"{p}.key", f"label {key!r} is restricted"))
-        if op == "In" and not values:
-            out.append(ValidationIssue(f"{p}.values", "In takes at least one value"))
-        if op in ("Exists", "DoesNotExist") and values:
-            out.append(ValidationIssue(f"{p}.values", f"{op} takes no values"))
-        if op in ("Gt", "Lt", "Gte", "Lte"):
-            ints = [v for v in values if isinstance(v, str) and v.lstrip("-").isdigit()]
-            if len(values) != 1 or len(ints) != 1:
-                out.append(ValidationIssue(f"{p}.values", f"{op} takes exactly one integer"))
-            elif int(ints[0]) < 0:
-                out.append(ValidationIssue(f"{p}.values", f"{op} takes a non-negative integer"))
-        elif op in ("In", "NotIn") and isinstance(key, str) and key in INTEGER_LABELS:
-            bad = [v for v in values if not (isinstance(v, str) and v.isdigit())]
-            if bad:
-                out.append(ValidationIssue(f"{p}.values", f"{key} has integer values, got {bad}"))
-        mv = r.get("minValues")
-        if isinstance(mv, int) and op == "In" and mv > len(values):
-            out.append(ValidationIssue(f"{p}.minValues", f"minValues {mv} is more than the {len(values)} value(s) "
-                                                         "given for In"))
+        valid = [v for v in values if v in known]
+        if not valid:
+            out.append(ValidationIssue(f"{p}.values", f"no valid values found in {values} for {key}, expected one of: "
+                                                      f"{sorted(known)}"))
+        elif isinstance(r.get("minValues"), int) and len(valid) < r["minValues"]:
+            out.append(ValidationIssue(f"{p}.values", f"not enough valid values found in {values} for {key}, expected "
+                                                      f"at least {r['minValues']} valid values from: {sorted(known)}"))
+
+
+def _taints(spec: dict[str, Any], base: str, out: list[ValidationIssue]) -> None:
+    """Taint values are qualified names at runtime, and one key/effect pair appears once across taints and
+    startupTaints."""
+    seen: set[tuple[str, str]] = set()
+    for field in ("taints", "startupTaints"):
+        taints = spec.get(field)
+        if not isinstance(taints, list):
+            continue
+        for i, t in enumerate(taints):
+            if not isinstance(t, dict):
+                continue
+            value = t.get("value")
+            if isinstance(value, str) and value:
+                msg = qualified_name(value)
+                if msg:
+                    out.append(ValidationIssue(f"{base}.{field}[{i}].value", msg))
+            pair = (str(t.get("key")), str(t.get("effect")))
+            if pair in seen:
+                out.append(ValidationIssue(f"{base}.{field}[{i}]",
+                                           f"duplicate taint Key/Effect pair {pair[0]}={pair[1]}"))
+            seen.add(pair)
+
+
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def _metadata(meta: Any, out: list[ValidationIssue]) -> None:
+    """What the apiserver checks of any object's metadata: the name is a DNS subdomain, labels are qualified names
+    with label values."""
+    if not isinstance(meta, dict):
+        return
+    name = meta.get("name")
+    if isinstance(name, str) and (len(name) > 253 or not _DNS_SUBDOMAIN.match(name)):
+        out.append(ValidationIssue("metadata.name", f"{name[:80]!r} is not a DNS subdomain (lowercase alphanumerics, "
+                                                    "'-' and '.', at most 253 characters)"))
+    labels = meta.get("labels")
+    if isinstance(labels, dict):
+        for k, v in labels.items():
+            msg = qualified_name(str(k)) or label_value(v)
+            if msg:
+                out.append(ValidationIssue(f"metadata.labels[{k}]", msg))
 
 
 def _nodepool(raw: dict[str, Any], out: list[ValidationIssue]) -> None:
     spec = raw.get("spec") or {}
     template = spec.get("template") or {}
     tspec = template.get("spec") or {}
-    _requirements(tspec.get("requirements"), "spec.template.spec.requirements", out, nodepool=True)
+    if isinstance(tspec, dict):
+        _requirements(tspec.get("requirements"), "spec.template.spec.requirements", out)
+        _taints(tspec, "spec.template.spec", out)
     labels = (template.get("metadata") or {}).get("labels") or {}
     if isinstance(labels, dict):
         for k in labels:
-            if is_restricted_label(str(k)):
-                out.append(ValidationIssue(f"spec.template.metadata.labels[{k}]", f"label {k!r} is restricted"))
-    disruption = spec.get("disruption") or {}
-    for i, b in enumerate(disruption.get("budgets") or []):
-        if isinstance(b, dict) and bool(b.get("schedule")) != bool(b.get("duration")):
-            out.append(ValidationIssue(f"spec.disruption.budgets[{i}]",
-                                       "schedule and duration must be set together"))
-    if disruption.get("consolidationPolicy") == "WhenEmptyOrUnderutilized" and disruption.get(
-            "consolidateAfter") is None and "consolidateAfter" in disruption:
-        out.append(ValidationIssue("spec.disruption.consolidateAfter", "required"))
+            p = f"spec.template.metadata.labels[{k}]"
+            msg = qualified_name(str(k))
+            if msg:
+                out.append(ValidationIssue(p, msg))
 
 
 def _nodeclaim(raw: dict[str, Any], out: list[ValidationIssue]) -> None:
-    _requirements((raw.get("spec") or {}).get("requirements"), "spec.requirements", out, nodepool=False)
+    """A NodeClaim has only the CRD's rules (Karpenter creates them from a validated NodePool)."""
 
 
-def _terms(terms: Any, path: str, fields: tuple[str, ...], out: list[ValidationIssue]) -> None:
-    if not isinstance(terms, list):
-        return
-    for i, t in enumerate(terms):
-        if not isinstance(t, dict):
+def _quantity_sign(value: str) -> int | None:
+    try:
+        return (parse_quantity(value) > 0) - (parse_quantity(value) < 0)
+    except QuantityError:
+        return None
+
+
+def _kubelet(kubelet: dict[str, Any], out: list[ValidationIssue]) -> None:
+    """Karpenter's controller-side checks of spec.kubelet (the CRD admits any map), with its messages."""
+    p = "spec.kubelet"
+    for name in sorted(set(kubelet) - KUBELET_CONFIGURATION_FIELDS):
+        hint = difflib.get_close_matches(str(name), sorted(KUBELET_CONFIGURATION_FIELDS), n=1, cutoff=0.7)
+        out.append(ValidationIssue(p, f"unknown field {name!r}, not a KubeletConfiguration field"
+                                      + (f'; did you mean "{hint[0]}"?' if hint else "")))
+    if isinstance(kubelet.get("maxPods"), str):
+        out.append(ValidationIssue(f"{p}.maxPods", f"{kubelet['maxPods']!r}: maxPods expressions are not supported "
+                                                   "by karpy; give an integer"))
+    if "registerWithTaints" in kubelet:
+        out.append(ValidationIssue(f"{p}.registerWithTaints", "can't be set, Karpenter sets it from the NodeClaim's "
+                                                              "taints so the node registers unschedulable until it's "
+                                                              "ready"))
+    for field in ("evictionHard", "evictionSoft", "evictionSoftGracePeriod", "evictionMinimumReclaim"):
+        signals = kubelet.get(field)
+        if not isinstance(signals, dict):
             continue
-        p = f"{path}[{i}]"
-        present = [f for f in fields if t.get(f)]
-        if not present:
-            out.append(ValidationIssue(p, f"expected at least one of {', '.join(fields)}, got none"))
-        if "id" in present and len(present) > 1:
-            out.append(ValidationIssue(f"{p}.id", "id is mutually exclusive with " + ", ".join(
-                f for f in present if f != "id")))
-        tags = t.get("tags")
-        if isinstance(tags, dict):
-            if "tags" in t and not tags:
-                out.append(ValidationIssue(f"{p}.tags", "empty tag selectors are not allowed"))
-            for k, v in tags.items():
-                if not k or v in ("", None):
-                    out.append(ValidationIssue(f"{p}.tags[{k}]", "empty tag keys or values are not allowed"))
+        for key in sorted(signals):
+            value = signals[key]
+            if key not in EVICTION_SIGNALS:
+                out.append(ValidationIssue(f"{p}.{field}", f"{key!r} isn't a valid eviction signal, must be one of "
+                                                           f"{', '.join(EVICTION_SIGNALS)}"))
+            if not isinstance(value, str):
+                out.append(ValidationIssue(f"{p}.{field}[{key}]", f"{value!r} must be a string"))
+            elif field == "evictionSoftGracePeriod":
+                if not _GO_DURATION.match(value):
+                    out.append(ValidationIssue(f"{p}.{field}[{key}]", f"{value!r} must be a duration"))
+                elif value.startswith("-") and value.strip("-0.nsuµmh") != "":
+                    out.append(ValidationIssue(f"{p}.{field}[{key}]", f"{value!r} can't be a negative duration"))
+            elif value.endswith("%"):
+                try:
+                    pct = float(value[:-1])
+                except ValueError:
+                    pct = -1.0
+                if not 0 <= pct <= 100:
+                    out.append(ValidationIssue(f"{p}.{field}[{key}]", f"{value!r} must be a percentage or a resource "
+                                                                      "quantity"))
+            else:
+                sign = _quantity_sign(value)
+                if sign is None:
+                    out.append(ValidationIssue(f"{p}.{field}[{key}]", f"{value!r} must be a percentage or a resource "
+                                                                      "quantity"))
+                elif sign < 0:
+                    out.append(ValidationIssue(f"{p}.{field}[{key}]", f"{value!r} can't be a negative resource "
+                                                                      "quantity"))
+    soft, grace = kubelet.get("evictionSoft"), kubelet.get("evictionSoftGracePeriod")
+    soft, grace = (soft if isinstance(soft, dict) else {}), (grace if isinstance(grace, dict) else {})
+    for signal in sorted(set(soft) - set(grace)):
+        out.append(ValidationIssue(f"{p}.evictionSoft[{signal}]", "has no matching evictionSoftGracePeriod"))
+    for signal in sorted(set(grace) - set(soft)):
+        out.append(ValidationIssue(f"{p}.evictionSoftGracePeriod[{signal}]", "has no matching evictionSoft"))
+    for field in ("kubeReserved", "systemReserved"):
+        reserved = kubelet.get(field)
+        if not isinstance(reserved, dict):
+            continue
+        for key in sorted(reserved):
+            if key not in RESERVED_RESOURCES:
+                out.append(ValidationIssue(f"{p}.{field}", f"{key!r} isn't a reservable resource, must be one of "
+                                                           f"{', '.join(RESERVED_RESOURCES)}"))
+            value = reserved[key]
+            if not isinstance(value, str):
+                continue  # the schema reports it
+            if value.startswith("-"):
+                out.append(ValidationIssue(f"{p}.{field}[{key}]", f"{value!r} can't be a negative resource quantity"))
+            elif _quantity_sign(value) is None:
+                out.append(ValidationIssue(f"{p}.{field}[{key}]", f"{value!r}: reservation expressions are not "
+                                                                  "supported by karpy; give a quantity such as 100Mi"))
+    ints = {f: kubelet.get(f) for f in ("imageGCHighThresholdPercent", "imageGCLowThresholdPercent", "podsPerCore",
+                                        "evictionMaxPodGracePeriod", "maxPods")}
+    for field in ("imageGCHighThresholdPercent", "imageGCLowThresholdPercent"):
+        v = ints[field]
+        if isinstance(v, int) and not 0 <= v <= 100:
+            out.append(ValidationIssue(f"{p}.{field}", f"{v} must be between 0 and 100"))
+    for field in ("podsPerCore", "evictionMaxPodGracePeriod", "maxPods"):
+        v = ints[field]
+        if isinstance(v, int) and not isinstance(v, bool) and v < 0:
+            out.append(ValidationIssue(f"{p}.{field}", f"{v} can't be negative"))
+    high, low = ints["imageGCHighThresholdPercent"], ints["imageGCLowThresholdPercent"]
+    if isinstance(high, int) and isinstance(low, int) and high <= low:
+        out.append(ValidationIssue(p, f"imageGCHighThresholdPercent ({high}) must be greater than "
+                                      f"imageGCLowThresholdPercent ({low})"))
+
+
+_GO_DURATION = re.compile(r"^[-+]?(0|([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|ms|s|m|h))+$")
 
 
 def _ec2nodeclass(raw: dict[str, Any], out: list[ValidationIssue]) -> None:
-    spec = raw.get("spec") or {}
-    if bool(spec.get("role")) == bool(spec.get("instanceProfile")):
-        out.append(ValidationIssue("spec", "must specify exactly one of role, instanceProfile"))
-    _terms(spec.get("subnetSelectorTerms"), "spec.subnetSelectorTerms", ("tags", "id"), out)
-    _terms(spec.get("securityGroupSelectorTerms"), "spec.securityGroupSelectorTerms", ("tags", "id", "name"), out)
-    _terms(spec.get("capacityReservationSelectorTerms"), "spec.capacityReservationSelectorTerms",
-           ("tags", "id", "ownerID"), out)
-    ami_terms = spec.get("amiSelectorTerms")
-    if isinstance(ami_terms, list):
-        aliases = [i for i, t in enumerate(ami_terms) if isinstance(t, dict) and t.get("alias")]
-        if aliases:
-            if len(ami_terms) > 1:
-                out.append(ValidationIssue("spec.amiSelectorTerms",
-                                           "alias is mutually exclusive with other amiSelectorTerms"))
-            for i in aliases:
-                t = ami_terms[i]
-                others = [k for k in t if k != "alias" and t.get(k)]
-                if others:
-                    out.append(ValidationIssue(f"spec.amiSelectorTerms[{i}].alias",
-                                               f"alias is mutually exclusive with {', '.join(others)}"))
-                family, _, version = str(t["alias"]).partition("@")
-                if family not in AMI_ALIAS_FAMILIES or not version:
-                    out.append(ValidationIssue(f"spec.amiSelectorTerms[{i}].alias",
-                                               f"{t['alias']!r} must be <family>@<version> with family one of "
-                                               f"{', '.join(AMI_ALIAS_FAMILIES)} and version latest or vX"))
-                elif version != "latest" and (not version.startswith("v") or family.startswith("windows")):
-                    out.append(ValidationIssue(f"spec.amiSelectorTerms[{i}].alias",
-                                               f"version {version!r} must be latest or start with v"
-                                               + (" (windows takes only latest)" if family.startswith("windows")
-                                                  else "")))
-        else:
-            _terms(ami_terms, "spec.amiSelectorTerms", ("tags", "id", "name", "alias", "ssmParameter"), out)
-            if not spec.get("amiFamily"):
-                out.append(ValidationIssue("spec.amiFamily", "required when amiSelectorTerms has no alias"))
-    tags = spec.get("tags")
-    if isinstance(tags, dict):
-        for k in tags:
-            if str(k).startswith(RESTRICTED_TAG_PREFIXES) or k in RESTRICTED_TAGS:
-                out.append(ValidationIssue(f"spec.tags[{k}]", f"tag {k!r} is restricted (Karpenter sets it)"))
-    bdms = spec.get("blockDeviceMappings")
-    if isinstance(bdms, list) and sum(1 for b in bdms if isinstance(b, dict) and b.get("rootVolume")) > 1:
-        out.append(ValidationIssue("spec.blockDeviceMappings", "must have only one blockDeviceMapping with "
-                                                               "rootVolume"))
-    kubelet = spec.get("kubelet") or {}
+    kubelet = (raw.get("spec") or {}).get("kubelet")
     if isinstance(kubelet, dict):
-        for f in ("evictionHard", "evictionSoft", "evictionSoftGracePeriod"):
-            for k in (kubelet.get(f) or {}):
-                if k not in EVICTION_SIGNALS:
-                    out.append(ValidationIssue(f"spec.kubelet.{f}[{k}]", f"{k!r} is not one of "
-                                                                          f"{', '.join(EVICTION_SIGNALS)}"))
-        for f in ("kubeReserved", "systemReserved"):
-            for k in (kubelet.get(f) or {}):
-                if k not in RESERVED_RESOURCES:
-                    out.append(ValidationIssue(f"spec.kubelet.{f}[{k}]", f"{k!r} is not one of "
-                                                                          f"{', '.join(RESERVED_RESOURCES)}"))
-        soft, grace = set(kubelet.get("evictionSoft") or {}), set(kubelet.get("evictionSoftGracePeriod") or {})
-        if soft != grace:
-            out.append(ValidationIssue("spec.kubelet.evictionSoftGracePeriod",
-                                       "evictionSoft and evictionSoftGracePeriod must name the same signals"))
-        high, low = kubelet.get("imageGCHighThresholdPercent"), kubelet.get("imageGCLowThresholdPercent")
-        if isinstance(high, int) and isinstance(low, int) and high <= low:
-            out.append(ValidationIssue("spec.kubelet.imageGCHighThresholdPercent",
-                                       "must be greater than imageGCLowThresholdPercent"))
+        _kubelet(kubelet, out)
 
 
 RULES = {"NodePool": _nodepool, "NodeClaim": _nodeclaim, "EC2NodeClass": _ec2nodeclass}
@@ -199,6 +250,7 @@ def validate_document(doc: Document) -> list[ValidationError]:
         return []
     issues: list[ValidationIssue] = []
     validate(doc.raw, schema, "", issues)
+    _metadata(doc.raw.get("metadata"), issues)
     RULES[doc.kind](doc.raw, issues)
     seen: set[tuple[str, str]] = set()
     out = []
@@ -207,3 +259,13 @@ def validate_document(doc: Document) -> list[ValidationError]:
             seen.add((i.path, i.message))
             out.append(ValidationError(doc.ref, i.path, i.message))
     return out
+
+
+def spec_errors(manifest: dict[str, Any], prefix: str = "") -> list[str]:
+    """What a stored object's spec breaks of Karpenter's rules ([] when valid), as `path: message`; `prefix` keeps
+    only errors under a path (e.g. spec.kubelet). The controllers run it as Karpenter's validation controllers run
+    their runtime checks; on an apiserver without CEL it also catches what the CRD's rules would have refused."""
+    raw = {"apiVersion": manifest.get("apiVersion", ""), "kind": manifest.get("kind", ""),
+           "metadata": {"name": (manifest.get("metadata") or {}).get("name", "")}, "spec": manifest.get("spec")}
+    doc = Document("cluster", 0, str(raw["apiVersion"]), str(raw["kind"]), str(raw["metadata"]["name"]), None, raw)
+    return [f"{e.path}: {e.message}" for e in validate_document(doc) if e.path.startswith(prefix or "spec")]

@@ -21,6 +21,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from controller.api import conditions as C
 from controller.api import labels as L
+from controller.api.validation import spec_errors
 from controller.cloud.aws.amis import AMI, alias_parameters, resolve
 from controller.cloud.aws.discovery import discover_security_groups, discover_subnets
 from controller.cloud.aws.instanceprofiles import profile_name
@@ -130,7 +131,11 @@ class NodeClassController:
             C.set_condition(status, condition, outcome.ready, outcome.reason or condition, outcome.message,
                             generation=generation)
         failed = [c for c in DEPENDENTS[:-1] if (C.get(status, c) or {}).get("status") == "False"]
-        if failed:
+        kubelet = spec_errors(nodeclass, "spec.kubelet")
+        if kubelet:  # Karpenter's controller checks the open kubelet map before anything else
+            C.set_condition(status, VALIDATION_SUCCEEDED, False, "InvalidKubeletConfiguration",
+                            "; ".join(kubelet)[:1000], generation=generation)
+        elif failed:
             C.set_condition(status, VALIDATION_SUCCEEDED, False, "DependenciesNotReady",
                             ", ".join(f"{c}=False" for c in failed), generation=generation)
         elif all(C.is_true(status, c) for c in DEPENDENTS[:-1]):

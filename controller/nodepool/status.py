@@ -11,6 +11,7 @@ from typing import Any
 from controller import metrics as M
 from controller.api import conditions as C
 from controller.api.quantity import QuantityError, resources_from_dict
+from controller.api.validation import spec_errors
 from controller.kube import resources as R
 from controller.kube.client import KubeClient
 from controller.kube.errors import NotFoundError
@@ -56,10 +57,15 @@ class NodePoolStatusController:
         ref = ((((current.get("spec") or {}).get("template") or {}).get("spec") or {}).get("nodeClassRef") or {})
         nodeclass = self.cluster.nodeclass(str(ref.get("name", "")))
         why = nodeclass_not_ready(nodeclass, str(ref.get("name", "")))
-        C.set_condition(status, "ValidationSucceeded", True, "ValidationSucceeded", generation=generation)
+        invalid = "; ".join(spec_errors(current))
+        C.set_condition(status, "ValidationSucceeded", not invalid,
+                        "NodePoolValidationFailed" if invalid else "ValidationSucceeded", invalid[:1000],
+                        generation=generation)
         C.set_condition(status, "NodeClassReady", not why, "NodeClassReady" if not why else "NodeClassNotReady", why,
                         generation=generation)
-        C.set_condition(status, "Ready", not why, "Ready" if not why else "NotReady", why, generation=generation)
+        not_ready = f"ValidationSucceeded=False: {invalid[:300]}" if invalid else why
+        C.set_condition(status, "Ready", not not_ready, "Ready" if not not_ready else "NotReady", not_ready,
+                        generation=generation)
         if nodeclass is not None:
             status["nodeClassObservedGeneration"] = nodeclass["metadata"].get("generation")
         if status != before:

@@ -27,6 +27,13 @@ def nodepool_hash(nodepool: dict[str, Any]) -> str:
     return str(int(digest[:16], 16))
 
 
+def _lower_bound(key: str, gt: int) -> dict[str, Any]:
+    """Gt n, or Gte 0 for the bound a Gte 0 leaves (Gt -1): the NodeClaim CRD takes only non-negative values."""
+    if gt < 0:
+        return {"key": key, "operator": "Gte", "values": ["0"]}
+    return {"key": key, "operator": "Gt", "values": [str(gt)]}
+
+
 def node_selector_requirement(r: Requirement) -> dict[str, Any]:
     """One requirement in the API's form (key, operator, values, minValues)."""
     out: dict[str, Any]
@@ -34,7 +41,7 @@ def node_selector_requirement(r: Requirement) -> dict[str, Any]:
         out = {"key": r.key, "operator": "In", "values": sorted(r.values)} if r.values else {
             "key": r.key, "operator": "DoesNotExist"}
     elif r.gt is not None and not r.values and r.lt is None:
-        out = {"key": r.key, "operator": "Gt", "values": [str(r.gt)]}
+        out = _lower_bound(r.key, r.gt)
     elif r.lt is not None and not r.values and r.gt is None:
         out = {"key": r.key, "operator": "Lt", "values": [str(r.lt)]}
     elif r.values:
@@ -57,7 +64,7 @@ def node_selector_requirements(reqs: Requirements, instance_types: list[Instance
         if r.key == L.INSTANCE_TYPE:
             continue
         if r.gt is not None and r.lt is not None:
-            out.append({"key": r.key, "operator": "Gt", "values": [str(r.gt)]})
+            out.append(_lower_bound(r.key, r.gt))
             out.append({"key": r.key, "operator": "Lt", "values": [str(r.lt)]})
             continue
         out.append(node_selector_requirement(r))

@@ -18,6 +18,7 @@ from typing import Any
 from controller import metrics as M
 from controller.api import labels as L
 from controller.api.quantity import QuantityError, resources_from_dict
+from controller.api.validation import spec_errors
 from controller.catalog.types import InstanceType
 from controller.cloud.provider import CloudProvider
 from controller.kube import resources as R
@@ -220,7 +221,9 @@ class Provisioner:
                 continue  # static NodePools are sized by their replicas, not by pending pods
             ref = ((((np_.get("spec") or {}).get("template") or {}).get("spec") or {}).get("nodeClassRef") or {})
             nodeclass = self.cluster.nodeclass(str(ref.get("name", "")))
-            not_ready = nodeclass_not_ready(nodeclass, str(ref.get("name", "")))
+            invalid = spec_errors(np_)
+            not_ready = (f"NodePool validation failed: {'; '.join(invalid)[:300]}" if invalid
+                         else nodeclass_not_ready(nodeclass, str(ref.get("name", ""))))
             types: list[InstanceType] = []
             if not not_ready and nodeclass is not None:
                 try:

@@ -43,6 +43,10 @@ def test_alias_parameters_follow_the_public_paths():
         "/aws/service/bottlerocket/aws-k8s-1.31/x86_64/1.20.3/image_id")
     assert alias_parameters("al2@latest", K8S)["x86_64"] == (
         "/aws/service/eks/optimized-ami/1.31/amazon-linux-2/recommended/image_id")
+    assert alias_parameters("bottlerocket@1.10.0", K8S)["arm64"] == (
+        "/aws/service/bottlerocket/aws-k8s-1.31/arm64/1.10.0/image_id")
+    assert alias_parameters("windows2025@latest", K8S) == {
+        "x86_64": "/aws/service/ami-windows-latest/Windows_Server-2025-English-Core-EKS_Optimized-1.31/image_id"}
     with pytest.raises(ValueError, match="unknown AMI family"):
         alias_parameters("ubuntu@latest", K8S)
 

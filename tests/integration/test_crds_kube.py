@@ -45,3 +45,36 @@ def test_status_is_a_subresource(crds):
     patched = crds.replace_cluster_custom_object_status("karpenter.sh", "v1", "nodeclaims", "default-x1", created)
     assert patched["status"]["providerID"] == "aws:///us-east-1a/i-0abc"
     crds.delete_cluster_custom_object("karpenter.sh", "v1", "nodeclaims", "default-x1")
+
+
+def _nodepool(name: str, **spec: object) -> dict:
+    return {"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": name},
+            "spec": {"template": {"spec": {
+                "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"},
+                "requirements": [{"key": "karpenter.sh/capacity-type", "operator": "Exists"}]}}, **spec}}
+
+
+def test_an_apiserver_without_cel_serves_the_structural_schema(crds, kube_api):
+    """The same CRDs serve every apiserver: one that predates CEL (the 1.20 of the test world) drops the
+    x-kubernetes-validations it does not know and enforces the structural schema (types, enums, patterns, bounds);
+    the cross-field rules then rest on `karpy validate` (tests/unit/test_validation_cases.py checks them offline)."""
+    ext = client.ApiextensionsV1Api(kube_api)
+    stored = kube_api.sanitize_for_serialization(ext.read_custom_resource_definition("nodepools.karpenter.sh"))
+    spec_schema = stored["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    minor = int("".join(ch for ch in client.VersionApi(kube_api).get_code().minor if ch.isdigit()))
+    if minor < 25:
+        assert "x-kubernetes-validations" not in spec_schema
+    else:
+        assert spec_schema["x-kubernetes-validations"]
+    assert spec_schema["properties"]["weight"]["maximum"] == 100
+    # structural checks hold on any apiserver
+    for bad in ({"weight": 0}, {"replicas": -1}, {"disruption": {"consolidationPolicy": "WhenUnderutilized"}},
+                {"disruption": {"budgets": [{"nodes": "1000%"}]}}):
+        with pytest.raises(client.ApiException) as e:
+            crds.create_cluster_custom_object("karpenter.sh", "v1", "nodepools", _nodepool("bad", **bad))
+        assert e.value.status == 422, bad
+    # a static pool (replicas) with the current consolidation policy is served
+    created = crds.create_cluster_custom_object("karpenter.sh", "v1", "nodepools", _nodepool(
+        "static", replicas=3, limits={"nodes": "5"}, disruption={"consolidationPolicy": "Balanced"}))
+    assert created["spec"]["replicas"] == 3 and created["spec"]["disruption"]["consolidateAfter"] == "0s"
+    crds.delete_cluster_custom_object("karpenter.sh", "v1", "nodepools", "static")

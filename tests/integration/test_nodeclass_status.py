@@ -235,3 +235,25 @@ def test_deletion_waits_for_nodeclaims_then_cleans_up(kube, world, aws_client, k
         if instance:
             with contextlib.suppress(Exception):
                 provider.delete(instance)
+
+
+def test_a_kubelet_map_karpenter_refuses_fails_validation(kube, world):
+    """The CRD admits any spec.kubelet; the controller refuses one Karpenter's would, and the class is not Ready."""
+    kc, cluster, recorder = kube
+    provider, template = world
+    name = f"nc-{uuid.uuid4().hex[:6]}"
+    kc.create(R.EC2NODECLASSES, _nodeclass(name, template, kubelet={"kubeReserved": {"gpu": "1"}, "notAField": 1}))
+    ctl = NodeClassController(cluster=cluster, client=kc, provider=provider, recorder=recorder)
+    try:
+        ctl.reconcile(name)
+        conds = _conditions(kc.get(R.EC2NODECLASSES, name))
+        status, reason, message = conds["ValidationSucceeded"]
+        assert (status, reason) == ("False", "InvalidKubeletConfiguration")
+        assert "'gpu' isn't a reservable resource" in message and "'notAField'" in message
+        assert conds["Ready"][:2] == ("False", "InvalidKubeletConfiguration")
+        kc.patch(R.EC2NODECLASSES, name, {"spec": {"kubelet": None}})
+        ctl.reconcile(name)
+        conds = _conditions(kc.get(R.EC2NODECLASSES, name))
+        assert conds["ValidationSucceeded"][0] == "True" and conds["Ready"][0] == "True"
+    finally:
+        _delete_quietly(kc, name)

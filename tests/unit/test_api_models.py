@@ -87,7 +87,7 @@ def test_crds_cover_every_field():
     assert set(crds) == {"NodePool", "NodeClaim", "EC2NodeClass"}
     for (_, kind), schema in KINDS.items():
         version = crds[kind]["spec"]["versions"][0]
-        assert version["subresources"] == {"status": {}}
+        assert version["subresources"]["status"] == {}
         assert crds[kind]["spec"]["scope"] == "Cluster"
         root = version["schema"]["openAPIV3Schema"]
         for path in walk_paths(schema.fields["spec"], "spec"):

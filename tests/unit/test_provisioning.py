@@ -221,3 +221,20 @@ def test_min_values_best_effort_relaxes_and_says_so():
     assert not relaxed.unschedulable and len(relaxed.node_claims) == 1
     assert min_values_relaxed(nodepool, relaxed.node_claims[0].instance_type_options)
     assert not min_values_relaxed(_nodepool(), types)
+
+
+def test_nodeclaims_pass_the_nodeclaim_crd():
+    """A pool's Gte 0 is the bound Gt -1 internally; the NodeClaim carries it as Gte 0, which the CRD's CEL rule
+    (single non-negative integer) admits on an apiserver that enforces it."""
+    from controller.api.crdeval import CRDEvaluator
+    from controller.api.crds import crd_manifests
+
+    evaluator = next(CRDEvaluator(c) for c in crd_manifests() if c["spec"]["names"]["kind"] == "NodeClaim")
+    reqs = Requirements([Requirement(L.NODEPOOL, False, frozenset(["general"])),
+                         Requirement.new(L.INSTANCE_CPU, "Gte", ["0"]),
+                         Requirement.new(L.INSTANCE_MEMORY, "Gte", ["0"]).intersect(
+                             Requirement.new(L.INSTANCE_MEMORY, "Lte", ["4096"]))])
+    m = nodeclaim_manifest(_nodepool(), reqs, [_it("t0")], {"cpu": 1000})
+    m["metadata"]["name"] = "general-abcde"
+    assert {"key": L.INSTANCE_CPU, "operator": "Gte", "values": ["0"]} in m["spec"]["requirements"]
+    assert evaluator.create(m)[1] == []

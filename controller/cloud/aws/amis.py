@@ -44,7 +44,7 @@ def alias_parameters(alias: str, k8s_version: str) -> dict[str, str]:
     if family == "bottlerocket":
         v = "latest" if version == "latest" else version.lstrip("v")
         return {a: f"/aws/service/bottlerocket/aws-k8s-{k8s_version}/{a}/{v}/image_id" for a in ARCHITECTURES}
-    if family in ("windows2019", "windows2022"):
+    if family in ("windows2019", "windows2022", "windows2025"):
         year = family[-4:]
         return {"x86_64": f"/aws/service/ami-windows-latest/Windows_Server-{year}-English-Core-EKS_Optimized-"
                           f"{k8s_version}/image_id"}
