@@ -214,7 +214,7 @@ def render_table(doc: dict[str, Any], width: int | None = None) -> str:
                 for c in claims]
         out += table(("NAME", "NODEPOOL", "STATE", "AGE", "TYPE", "ZONE", "CAPACITY", "$/H", "NODE"), rows, width)
         total = sum(c["pricePerHour"] or 0.0 for c in claims)
-        out.append(f"total: ${total:.4f}/h (prices: {doc['prices']})")
+        out += wrap(f"total: ${total:.4f}/h (prices: {doc['prices']})", width)
     else:
         out.append("  (none)")
     pending = doc["pendingPods"]
