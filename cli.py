@@ -76,6 +76,20 @@ def _load(files: tuple[str, ...], karpenter: bool = False) -> list[Any]:
     return docs
 
 
+def check_writable(path: str) -> None:
+    """Fail (one line, before any slow work) when a file cannot be written at path."""
+    target = Path(path)
+    if target.is_dir():
+        _fail(f"cannot write {path}: it is a directory")
+    parent = target.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        _fail(f"cannot write {path}: {parent} is not a directory")
+    if not os.access(parent, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
+        _fail(f"cannot write {path}: permission denied")
+
+
 def _format_option(fn: Any) -> Any:
     return click.option("-o", "--output", type=click.Choice(OUTPUT_FORMATS), default="table", show_default=True,
                         help="table for people; json or yaml (with apiVersion and kind) for scripts.")(fn)
@@ -96,7 +110,26 @@ files_option = click.option("-f", "--filename", "files", multiple=True, required
 
 class KarpyGroup(click.Group):
     """The command group: every error a command lets through is one line on stderr (exit 1), never a traceback
-    (KARPY_DEBUG=1 shows it); library warnings and log records are silenced."""
+    (KARPY_DEBUG=1 shows it); a usage error is one line too (exit 2); library warnings and log records are
+    silenced."""
+
+    def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
+             standalone_mode: bool = True, **extra: Any) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, False, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, False, **extra)
+        except click.UsageError as e:
+            where = e.ctx.command_path if e.ctx else "karpy"
+            click.echo(f"error: {e.format_message()} (see '{where} --help')", err=True)
+            sys.exit(e.exit_code)
+        except click.ClickException as e:
+            click.echo(f"error: {e.format_message()}", err=True)
+            sys.exit(e.exit_code)
+        except click.Abort:
+            click.echo("aborted", err=True)
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
 
     def invoke(self, ctx: click.Context) -> Any:
         from controller.logs import silence_libraries
@@ -291,6 +324,7 @@ def catalog_refresh(region: str, endpoint: str | None, out: str, no_pricing_api:
     from controller.catalog.snapshot import snapshot_from_ec2
     from controller.cloud.aws.pricing import PricingProvider
 
+    check_writable(out)
     ec2 = boto3.client("ec2", region_name=region, endpoint_url=endpoint)
     # the Pricing API lives in us-east-1 (and a few others) whatever region is priced
     pricing = None if no_pricing_api else boto3.client("pricing", region_name="us-east-1")

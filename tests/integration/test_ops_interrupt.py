@@ -134,7 +134,9 @@ def test_nodeclaim_names_its_instance(aws, kube, kubeconfig):
 
 
 def test_catalog_refresh_to_an_unwritable_file_is_one_line(aws, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
     res = CliRunner().invoke(main, ["catalog", "refresh", "--region", "us-east-1", "--endpoint", aws["endpoint"],
-                                    "--no-pricing-api", "-o", str(tmp_path / "missing-dir" / "snap.json.gz")])
-    assert res.exit_code == 1 and res.output.count("\n") == 1 and res.output.startswith("error: ")
-    assert "No such file or directory" in res.output
+                                    "--no-pricing-api", "-o", str(blocker / "snap.json.gz")])
+    assert res.exit_code == 1 and res.output.count("\n") == 1 and res.output.startswith("error: "), res.output
+    assert res.output == f"error: cannot write {blocker / 'snap.json.gz'}: {blocker} is not a directory\n"

@@ -160,3 +160,18 @@ def test_usage_errors_exit_2(runner):
     res = runner.invoke(main, ["interrupt", "--queue-url", "https://sqs.us-east-1.amazonaws.com/1/q",
                                "--instance", "not-an-instance"])
     assert res.exit_code == 2 and "is not an EC2 instance id" in res.output
+
+
+def test_an_unwritable_output_fails_before_any_work(runner, tmp_path):
+    res = runner.invoke(main, ["catalog", "refresh", "--region", "us-east-1", "-o", str(tmp_path)])
+    assert res.exit_code == 2 and res.output.count("\n") == 1 and "is a directory" in res.output, res.output
+
+
+def test_usage_errors_are_one_line(runner):
+    res = runner.invoke(main, ["simulate", "-f", "examples", "-o", "xml"], prog_name="karpy")
+    assert res.exit_code == 2 and res.output.count("\n") == 1
+    assert res.output.startswith("error: Invalid value for '-o' / '--output'")
+    assert "'karpy simulate --help'" in res.output
+    res = runner.invoke(main, ["no-such-command"], prog_name="karpy")
+    assert res.exit_code == 2 and res.output.count("\n") == 1 and "No such command" in res.output
+    assert runner.invoke(main, ["status", "--help"]).exit_code == 0
