@@ -57,22 +57,34 @@ def dedupe_paths(paths: list[str]) -> list[str]:
     return out
 
 
-def _load(files: tuple[str, ...], karpenter: bool = False) -> list[Any]:
-    """The documents of the -f inputs. karpenter: the command works on Karpenter documents, so an input with none
-    is warned about."""
+def _load(files: tuple[str, ...], karpenter: str = "") -> list[Any]:
+    """The documents of the -f inputs, warning about an object defined twice and, with karpenter="each", about a
+    file with no Karpenter document (validate, convert) or, with karpenter="any", about an input with none at all
+    (simulate, explain)."""
     from controller.api.documents import DocumentError, load_documents
 
     docs: list[Any] = []
+    seen: dict[tuple[str, str, str], str] = {}
     for path in dedupe_paths(expand_paths(files)):
         try:
             found = load_documents([path])
         except DocumentError as e:
             _fail(str(e))
+        where = "stdin" if path == "-" else path
         if not found:
-            _warn(f"{'stdin' if path == '-' else path}: no Kubernetes documents")
-        elif karpenter and not any(d.kind in KARPENTER_KINDS for d in found):
-            _warn(f"{'stdin' if path == '-' else path}: no Karpenter documents ({', '.join(KARPENTER_KINDS)})")
+            _warn(f"{where}: no Kubernetes documents")
+        elif karpenter == "each" and not any(d.kind in KARPENTER_KINDS for d in found):
+            _warn(f"{where}: no Karpenter documents ({', '.join(KARPENTER_KINDS)})")
+        for d in found:
+            key = (d.kind, d.namespace or "", d.name)
+            named = bool((d.raw.get("metadata") or {}).get("name"))
+            if named and key in seen:
+                ns = f"{d.namespace}/" if d.namespace else ""
+                _warn(f"{where}: {d.kind} {ns}{d.name} is defined again (first in {seen[key]})")
+            seen.setdefault(key, where)
         docs.extend(found)
+    if karpenter == "any" and docs and not any(d.kind in KARPENTER_KINDS for d in docs):
+        _warn("no Karpenter documents in the input (no NodePool: only existing nodes can take pods)")
     return docs
 
 
@@ -93,6 +105,18 @@ def check_writable(path: str) -> None:
 def _format_option(fn: Any) -> Any:
     return click.option("-o", "--output", type=click.Choice(OUTPUT_FORMATS), default="table", show_default=True,
                         help="table for people; json or yaml (with apiVersion and kind) for scripts.")(fn)
+
+
+def _check_env(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """--env checked as it is parsed, before any slow import: a usage error (exit 2) with did-you-mean."""
+    if value is None:
+        return None
+    from controller.ops.errors import did_you_mean
+    from stacks.environments import ENVIRONMENTS
+
+    if value not in ENVIRONMENTS:
+        raise click.BadParameter(f"unknown environment {value!r}{did_you_mean(value, sorted(ENVIRONMENTS))}")
+    return value
 
 
 def _env_names(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
@@ -208,8 +232,9 @@ def _simulate(files: tuple[str, ...], catalog: str) -> Any:
     from controller.ops.output import progress
     from controller.simulate.run import SimulationError, simulate_documents
 
-    docs = _load(files)
-    with progress(f"simulating {len(docs)} documents"):
+    with progress("reading the input") as shown:
+        docs = _load(files, karpenter="any")
+        shown.update(f"simulating {len(docs)} documents")
         try:
             return simulate_documents(docs, catalog=catalog)
         except SimulationError as e:
@@ -262,7 +287,7 @@ def validate(files: tuple[str, ...], output: str) -> None:
     from controller.api import validate_document
     from controller.ops.output import dump, machine
 
-    docs = _load(files, karpenter=True)
+    docs = _load(files, karpenter="each")
     checked = [d for d in docs if d.kind in KARPENTER_KINDS]
     errors = [(doc, err) for doc in docs for err in validate_document(doc)]
     if output != "table":
@@ -288,7 +313,7 @@ def convert(files: tuple[str, ...]) -> None:
 
     from controller.api.convert import convert_documents
 
-    manifests, leftovers = convert_documents(_load(files, karpenter=True))
+    manifests, leftovers = convert_documents(_load(files, karpenter="each"))
     click.echo(yaml.safe_dump_all(manifests, sort_keys=False), nl=False)
     for line in leftovers:
         click.echo(f"not converted: {line}", err=True)
@@ -405,7 +430,7 @@ def deploy(env: str) -> None:
 
 def _cluster_options(fn: Any) -> Any:
     """--kubeconfig, --context and --env: which cluster an ops command talks to."""
-    fn = click.option("--env", "env", default=None, metavar="ENV", shell_complete=_env_names,
+    fn = click.option("--env", "env", default=None, metavar="ENV", shell_complete=_env_names, callback=_check_env,
                       help="Environment: use the kubeconfig context whose server is its cluster endpoint.")(fn)
     fn = click.option("--context", default=None, metavar="NAME", help="kubeconfig context (default: current).")(fn)
     return click.option("--kubeconfig", default=None, metavar="PATH", type=click.Path(dir_okay=False),
@@ -506,7 +531,7 @@ def uncordon(node: str, kubeconfig: str | None, context: str | None, env: str | 
 
 @main.command()
 @click.option("--queue-url", default=None, metavar="URL", help="The interruption queue (INTERRUPTION_QUEUE's URL).")
-@click.option("--env", "env", default=None, metavar="ENV", shell_complete=_env_names,
+@click.option("--env", "env", default=None, metavar="ENV", shell_complete=_env_names, callback=_check_env,
               help="Environment: its region and its queue (named after its cluster).")
 @click.option("--instance", "instance_id", default=None, metavar="i-…", help="The EC2 instance to interrupt.")
 @click.option("--nodeclaim", default=None, metavar="NAME", help="The NodeClaim whose instance to interrupt "

@@ -175,3 +175,48 @@ def test_usage_errors_are_one_line(runner):
     res = runner.invoke(main, ["no-such-command"], prog_name="karpy")
     assert res.exit_code == 2 and res.output.count("\n") == 1 and "No such command" in res.output
     assert runner.invoke(main, ["status", "--help"]).exit_code == 0
+
+
+def test_objects_defined_twice_and_inputs_without_karpenter_documents_are_warned(runner, tmp_path):
+    pod = "apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: shop}\nspec: {containers: [{name: c}]}\n"
+    (tmp_path / "a.yaml").write_text(pod)
+    (tmp_path / "b.yaml").write_text(pod)
+    res = runner.invoke(main, ["simulate", "-f", str(tmp_path / "a.yaml"), "-f", str(tmp_path / "b.yaml")])
+    assert res.exit_code == 0
+    assert f"warning: {tmp_path / 'b.yaml'}: Pod shop/p is defined again (first in {tmp_path / 'a.yaml'})" \
+        in res.stderr
+    assert "warning: no Karpenter documents in the input" in res.stderr
+    quiet = runner.invoke(main, ["simulate", "-f", str(EXAMPLES)])
+    assert quiet.exit_code == 0 and quiet.stderr == ""
+
+
+def test_context_for_an_environment_endpoint(tmp_path):
+    from controller.ops.connect import context_for_endpoint
+    from controller.ops.errors import OpsError
+
+    endpoint = "https://0A1B2C3D4E5F.gr7.us-east-1.eks.amazonaws.com"
+    kubeconfig = tmp_path / "config"
+    kubeconfig.write_text(yaml.safe_dump({
+        "clusters": [{"name": "other", "cluster": {"server": "https://example.com"}},
+                     {"name": "arn:aws:eks:us-east-1:111122223333:cluster/dev", "cluster": {"server": endpoint + "/"}}],
+        "contexts": [{"name": "other", "context": {"cluster": "other"}},
+                     {"name": "dev-admin", "context": {"cluster": "arn:aws:eks:us-east-1:111122223333:cluster/dev"}}]}))
+    assert context_for_endpoint(endpoint.upper().replace("HTTPS", "https"), str(kubeconfig)) == \
+        (str(kubeconfig), "dev-admin")
+    with pytest.raises(OpsError, match=r"no context for https://nowhere in .*config"):
+        context_for_endpoint("https://nowhere", str(kubeconfig))
+
+
+def test_the_interruption_message_is_awss_and_the_controllers():
+    from controller.interruption.messages import SpotInterruption, parse_message
+    from controller.ops.interrupt import region_of_queue, spot_interruption_event
+
+    event = spot_interruption_event({"InstanceId": "i-0123456789abcdef0", "OwnerId": "111122223333"}, "eu-west-1")
+    assert event["detail-type"] == "EC2 Spot Instance Interruption Warning" and event["source"] == "aws.ec2"
+    assert event["account"] == "111122223333" and event["region"] == "eu-west-1"
+    assert event["resources"] == ["arn:aws:ec2:eu-west-1:111122223333:instance/i-0123456789abcdef0"]
+    assert event["detail"] == {"instance-id": "i-0123456789abcdef0", "instance-action": "terminate"}
+    assert isinstance(parse_message(json.dumps(event)), SpotInterruption)
+    assert region_of_queue("https://sqs.eu-west-1.amazonaws.com/111122223333/prod") == "eu-west-1"
+    assert region_of_queue("http://sqs.us-east-1.localhost.localstack.cloud:4566/000000000000/q") == "us-east-1"
+    assert region_of_queue("http://127.0.0.1:4566/000000000000/q") is None
