@@ -160,6 +160,9 @@ class KarpyGroup(click.Group):
         from controller.ops.errors import OpsError
 
         silence_libraries()
+        command = next(iter([*getattr(ctx, "_protected_args", []), *ctx.args]), None)
+        if command == "controller":
+            return super().invoke(ctx)  # a long-running process: its crashes keep their traceback, in its logs
         try:
             return super().invoke(ctx)
         except OpsError as e:

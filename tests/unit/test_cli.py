@@ -220,3 +220,20 @@ def test_the_interruption_message_is_awss_and_the_controllers():
     assert region_of_queue("https://sqs.eu-west-1.amazonaws.com/111122223333/prod") == "eu-west-1"
     assert region_of_queue("http://sqs.us-east-1.localhost.localstack.cloud:4566/000000000000/q") == "us-east-1"
     assert region_of_queue("http://127.0.0.1:4566/000000000000/q") is None
+
+
+def test_an_unexpected_error_is_one_line_unless_debugging(runner, monkeypatch):
+    """A bug is simulated by making the catalog loader raise (no input provokes one on purpose)."""
+    import controller.catalog.snapshot as snapshot
+
+    def broken(name: str) -> None:
+        raise ZeroDivisionError("division by zero")
+
+    monkeypatch.setattr(snapshot, "load_catalog", broken)
+    res = runner.invoke(main, ["catalog", "show"])
+    assert res.exit_code == 1
+    assert res.output == "error: internal error: ZeroDivisionError: division by zero (KARPY_DEBUG=1 shows the " \
+                         "traceback)\n"
+    monkeypatch.setenv("KARPY_DEBUG", "1")
+    res = runner.invoke(main, ["catalog", "show"])
+    assert isinstance(res.exception, ZeroDivisionError)
