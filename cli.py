@@ -221,8 +221,8 @@ def simulate(files: tuple[str, ...], catalog: str, output: str) -> None:
     \b
     Examples:
       karpy simulate -f examples/
-      kubectl get nodes,pods,daemonsets -A -o yaml | karpy simulate -f - -f nodepools.yaml
-      karpy simulate -f workloads.yaml -f nodepools.yaml --catalog snapshot.json.gz -o json
+      kubectl get nodes,pods,ds -A -o yaml | karpy simulate -f - -f pools.yaml
+      karpy simulate -f apps.yaml -f pools.yaml --catalog snap.json.gz -o json
     """
     result = _simulate(files, catalog)
     from controller.simulate.render import render
@@ -311,7 +311,13 @@ def validate(files: tuple[str, ...], output: str) -> None:
 @main.command()
 @files_option
 def convert(files: tuple[str, ...]) -> None:
-    """Convert v1beta1 / v1alpha5 Karpenter manifests to v1 (YAML on stdout, what has no v1 form on stderr)."""
+    """Convert v1beta1 / v1alpha5 Karpenter manifests to v1 (YAML on stdout, what has no v1 form on stderr).
+
+    \b
+    Examples:
+      karpy convert -f examples/legacy/ > v1.yaml
+      kubectl get provisioners,awsnodetemplates -o yaml | karpy convert -f -
+    """
     import yaml
 
     from controller.api.convert import convert_documents
@@ -324,7 +330,12 @@ def convert(files: tuple[str, ...]) -> None:
 
 @main.command()
 def crds() -> None:
-    """Print the CustomResourceDefinitions for NodePool, NodeClaim and EC2NodeClass."""
+    """Print the CustomResourceDefinitions for NodePool, NodeClaim and EC2NodeClass.
+
+    \b
+    Example:
+      karpy crds | kubectl apply -f -
+    """
     from controller.api.crds import render_crds
 
     click.echo(render_crds(), nl=False)
@@ -332,7 +343,13 @@ def crds() -> None:
 
 @main.group()
 def catalog() -> None:
-    """Instance-type catalogs used by simulate."""
+    """Instance-type catalogs used by simulate.
+
+    \b
+    Examples:
+      karpy catalog show
+      karpy catalog refresh --region eu-west-1 -o eu-west-1.json.gz
+    """
 
 
 @catalog.command("refresh")
@@ -342,7 +359,13 @@ def catalog() -> None:
 @click.option("--no-pricing-api", is_flag=True, help="Do not ask the AWS Pricing API (isolated networks).")
 def catalog_refresh(region: str, endpoint: str | None, out: str, no_pricing_api: bool) -> None:
     """Write a catalog snapshot: DescribeInstanceTypes, the offerings per zone, and prices (the Pricing API and spot
-    price history where reachable, the documented estimate model for the rest; the file says which)."""
+    price history where reachable, the documented estimate model for the rest; the file says which).
+
+    \b
+    Examples:
+      karpy catalog refresh --region eu-west-1 -o eu-west-1.json.gz
+      karpy simulate -f examples/ --catalog eu-west-1.json.gz
+    """
     import datetime as dt
 
     import boto3
@@ -539,12 +562,13 @@ def uncordon(node: str, kubeconfig: str | None, context: str | None, env: str | 
 @click.option("--instance", "instance_id", default=None, metavar="i-…", help="The EC2 instance to interrupt.")
 @click.option("--nodeclaim", default=None, metavar="NAME", help="The NodeClaim whose instance to interrupt "
               "(read from the cluster: --kubeconfig, --context).")
-@click.option("--region", default=None, help="AWS region (default: the environment's, the queue URL's, or "
-              "AWS_REGION).")
+@click.option("--region", default=None, metavar="REGION",
+              help="AWS region (default: the environment's, the queue URL's, or AWS_REGION).")
 @click.option("--endpoint-url", default=None, metavar="URL", help="AWS endpoint (e.g. LocalStack); AWS_ENDPOINT_URL "
               "works too.")
-@click.option("--cluster-name", default=None, help="Also require the instance to carry this cluster's ownership tag "
-              "(default: the environment's cluster).")
+@click.option("--cluster-name", default=None, metavar="NAME",
+              help="Also require the instance to carry this cluster's ownership tag (default: the environment's "
+                   "cluster).")
 @click.option("--kubeconfig", default=None, metavar="PATH", type=click.Path(dir_okay=False),
               help="kubeconfig for --nodeclaim (default: $KUBECONFIG, else ~/.kube/config).")
 @click.option("--context", default=None, metavar="NAME", help="kubeconfig context for --nodeclaim.")
@@ -559,7 +583,7 @@ def interrupt(queue_url: str | None, env: str | None, instance_id: str | None, n
     \b
     Examples:
       karpy interrupt --env staging --instance i-0123456789abcdef0
-      karpy interrupt --queue-url https://sqs.eu-west-1.amazonaws.com/111122223333/prod --nodeclaim default-x7k2p
+      karpy interrupt --queue-url "$QUEUE_URL" --nodeclaim default-x7k2p
     """
     from controller.ops import interrupt as I
     from controller.ops.connect import aws_client, environment
