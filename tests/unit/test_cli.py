@@ -30,11 +30,13 @@ def test_karpy_alone_prints_help_and_exits_0(runner):
     assert all(len(line) <= 80 for line in res.output.splitlines()), res.output
 
 
-@pytest.mark.parametrize("command", ["simulate", "explain", "validate", "status", "drain", "cordon", "interrupt",
+@pytest.mark.parametrize("command", ["simulate", "explain", "validate", "convert", "crds", "catalog", "catalog show",
+                                     "catalog refresh", "status", "drain", "cordon", "uncordon", "interrupt",
                                      "completion"])
-def test_help_has_examples(runner, command):
-    res = runner.invoke(main, [command, "--help"])
+def test_help_has_examples_and_fits_80_columns(runner, command):
+    res = runner.invoke(main, [*command.split(), "--help"], env={"COLUMNS": "80"})
     assert res.exit_code == 0 and ("Example" in res.output), res.output
+    assert all(len(line) <= 80 for line in res.output.splitlines()), res.output
 
 
 def test_version(runner):
