@@ -86,13 +86,26 @@ def kube_client(kubeconfig: str | None = None, context: str | None = None, env: 
     return KubeClient(cfg, OPS_QPS, OPS_BURST)
 
 
+# what urllib3 says (deep inside its message) -> what the operator needs to hear
+_CONNECTION_PROBLEMS = (("refused", "connection refused"), ("Name or service not known", "host not found"),
+                        ("Temporary failure in name resolution", "host not found"),
+                        ("nodename nor servname", "host not found"), ("timed out", "timed out"),
+                        ("CERTIFICATE_VERIFY_FAILED", "its TLS certificate is not trusted (certificate-authority?)"),
+                        ("No route to host", "no route to host"), ("Network is unreachable", "network unreachable"))
+
+
+def connection_problem(message: str) -> str:
+    """The cause of a failed connection in a few words, from urllib3's nested message."""
+    for needle, said in _CONNECTION_PROBLEMS:
+        if needle.lower() in message.lower():
+            return said
+    return " ".join(message.split(": ", 1)[-1].split())[:200]
+
+
 def kube_error(e: KubeError, client: KubeClient, what: str = "") -> OpsError:
     """The one-line OpsError for an API error: unreachable cluster, refused credentials, missing CRDs, others."""
     if isinstance(e, UnavailableError) and e.status == 0:
-        reason = e.message.split(": ", 1)[-1]
-        if "Max retries" in reason or "NewConnectionError" in reason or "Connection refused" in reason:
-            reason = "connection refused" if "refused" in reason.lower() else reason
-        return OpsError(f"no cluster reachable at {client.host}: {reason}")
+        return OpsError(f"no cluster reachable at {client.host}: {connection_problem(e.message)}")
     if e.status in (401, 403):
         return OpsError(f"the cluster at {client.host} refused the request{' to ' + what if what else ''}: "
                         f"{e.message or e.reason}")

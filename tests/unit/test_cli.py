@@ -239,3 +239,13 @@ def test_an_unexpected_error_is_one_line_unless_debugging(runner, monkeypatch):
     monkeypatch.setenv("KARPY_DEBUG", "1")
     res = runner.invoke(main, ["catalog", "show"])
     assert isinstance(res.exception, ZeroDivisionError)
+
+
+def test_connection_problems_in_a_few_words():
+    from controller.ops.connect import connection_problem
+
+    assert connection_problem("GET /x: HTTPSConnectionPool(host='k', port=1): Max retries exceeded (Caused by "
+                              "NewConnectionError('...: [Errno 111] Connection refused'))") == "connection refused"
+    assert connection_problem("GET /x: ... [Errno -2] Name or service not known") == "host not found"
+    assert connection_problem("GET /x: ... Read timed out. (read timeout=30)") == "timed out"
+    assert connection_problem("GET /x: something else entirely") == "something else entirely"
