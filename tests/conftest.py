@@ -114,8 +114,14 @@ def aws_client(localstack_session: Callable[[str], Any]) -> Callable[..., Any]:
     """A factory of boto3 clients bound to LocalStack, from pytest-localstack: aws_client("ec2"),
     aws_client("sqs", region="eu-west-1"), aws_client("ec2", config=Config(...))."""
 
+    sessions: dict[str, Any] = {}
+
     def make(service: str, region: str = "us-east-1", **kwargs: Any) -> Any:
-        return localstack_session(region).boto3.default_session.client(service, **kwargs)
+        if region not in sessions:
+            # the credentials the controller processes of the e2e tests use: one LocalStack account for both
+            sessions[region] = localstack_session(region).boto3.session(aws_access_key_id="test",
+                                                                       aws_secret_access_key="test")
+        return sessions[region].client(service, **kwargs)
 
     return make
 
