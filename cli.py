@@ -560,8 +560,8 @@ def uncordon(node: str, kubeconfig: str | None, context: str | None, env: str | 
 @click.option("--env", "env", default=None, metavar="ENV", shell_complete=_env_names, callback=_check_env,
               help="Environment: its region and its queue (named after its cluster).")
 @click.option("--instance", "instance_id", default=None, metavar="i-…", help="The EC2 instance to interrupt.")
-@click.option("--nodeclaim", default=None, metavar="NAME", help="The NodeClaim whose instance to interrupt "
-              "(read from the cluster: --kubeconfig, --context).")
+@click.option("--nodeclaim", default=None, metavar="NAME", help="The NodeClaim whose instance to interrupt, read "
+              "from the cluster (--kubeconfig, --context; with --env, its context).")
 @click.option("--region", default=None, metavar="REGION",
               help="AWS region (default: the environment's, the queue URL's, or AWS_REGION).")
 @click.option("--endpoint-url", default=None, metavar="URL", help="AWS endpoint (e.g. LocalStack); AWS_ENDPOINT_URL "
@@ -606,7 +606,8 @@ def interrupt(queue_url: str | None, env: str | None, instance_id: str | None, n
         from controller.kube.errors import KubeError, NotFoundError
         from controller.ops.connect import kube_client, kube_error
 
-        client = kube_client(kubeconfig, context)
+        # --env names the cluster too (its kubeconfig context), unless --context says otherwise
+        client = kube_client(kubeconfig, context, env if context is None else None)
         try:
             claim = client.get(R.NODECLAIMS, nodeclaim)
         except NotFoundError:
