@@ -585,42 +585,14 @@ def interrupt(queue_url: str | None, env: str | None, instance_id: str | None, n
       karpy interrupt --env staging --instance i-0123456789abcdef0
       karpy interrupt --queue-url "$QUEUE_URL" --nodeclaim default-x7k2p
     """
-    from controller.ops import interrupt as I
-    from controller.ops.connect import aws_client, environment
-    from controller.ops.errors import OpsError
+    from controller.ops.interrupt import rehearse
 
     if (queue_url is None) == (env is None):
         raise click.UsageError("give the queue: --queue-url URL or --env ENV (one of them)")
     if (instance_id is None) == (nodeclaim is None):
         raise click.UsageError("give what to interrupt: --instance i-… or --nodeclaim NAME (one of them)")
-    environment_config = environment(env) if env else None
-    if environment_config is not None:
-        region = region or environment_config.region
-        cluster_name = cluster_name or environment_config.cluster_name
-    region = region or (I.region_of_queue(queue_url) if queue_url else None) or os.environ.get("AWS_REGION") \
-        or os.environ.get("AWS_DEFAULT_REGION")
-    if not region:
-        raise OpsError("no AWS region: give --region (or set AWS_REGION)", 2)
-    if nodeclaim is not None:
-        from controller.kube import resources as R
-        from controller.kube.errors import KubeError, NotFoundError
-        from controller.ops.connect import kube_client, kube_error
-
-        # --env names the cluster too (its kubeconfig context), unless --context says otherwise
-        client = kube_client(kubeconfig, context, env if context is None else None)
-        try:
-            claim = client.get(R.NODECLAIMS, nodeclaim)
-        except NotFoundError:
-            raise OpsError(f"unknown NodeClaim {nodeclaim!r}") from None
-        except KubeError as e:
-            raise kube_error(e, client) from None
-        instance_id = I.instance_of_nodeclaim(claim)
-    assert instance_id is not None
-    sqs = aws_client("sqs", region, endpoint_url)
-    if queue_url is None:
-        assert environment_config is not None
-        queue_url = I.queue_url_for(sqs, environment_config.cluster_name, region)
-    sent = I.send(sqs, aws_client("ec2", region, endpoint_url), queue_url, instance_id, region, cluster_name)
+    sent = rehearse(queue_url=queue_url, env=env, instance_id=instance_id, nodeclaim=nodeclaim, region=region,
+                    endpoint_url=endpoint_url, cluster_name=cluster_name, kubeconfig=kubeconfig, context=context)
     click.echo(f"sent a spot interruption warning for {sent.instance_id} to {sent.queue_url} "
                f"(message {sent.message_id}); the controller drains its node within seconds")
 
@@ -631,24 +603,11 @@ def interrupt(queue_url: str | None, env: str | None, instance_id: str | None, n
 @click.option("-o", "--output", type=click.Choice(OUTPUT_FORMATS), default="table", show_default=True)
 def version(output: str) -> None:
     """karpy's version, the source revision it was built from, and Python's."""
-    import platform
-    from importlib.metadata import PackageNotFoundError
-    from importlib.metadata import version as package_version
-
-    from controller.logs import revision
+    from controller.ops.about import version_info, version_line
     from controller.ops.output import dump, machine
 
-    try:
-        ours = package_version("karpy")
-    except PackageNotFoundError:
-        ours = "unknown"
-    rev = revision()
-    info = {"version": ours, "revision": None if rev == "unknown" else rev, "python": platform.python_version()}
-    if output != "table":
-        click.echo(dump(machine("Version", info), output), nl=False)
-        return
-    click.echo(f"karpy {ours}" + (f" (revision {info['revision']})" if info["revision"] else "")
-               + f", Python {info['python']}")
+    info = version_info()
+    click.echo(version_line(info) + "\n" if output == "table" else dump(machine("Version", info), output), nl=False)
 
 
 @main.command()

@@ -8,6 +8,7 @@ ownership tag when the cluster is known) are accepted, so a typo cannot drain so
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -125,3 +126,47 @@ def send(sqs: Any, ec2: Any, queue_url: str, instance_id: str, region: str,
     except BotoCoreError as e:
         raise OpsError(f"SQS SendMessage to {queue_url}: {_aws_message(e)}") from None
     return Sent(instance_id, queue_url, str(answer.get("MessageId", "")), event)
+
+
+def nodeclaim_instance(name: str, kubeconfig: str | None, context: str | None, env: str | None) -> str:
+    """The instance id behind a NodeClaim of the cluster the flags name; OpsError when it is unknown or has none."""
+    from controller.kube import resources as R
+    from controller.kube.errors import KubeError, NotFoundError
+    from controller.ops.connect import kube_client, kube_error
+
+    client = kube_client(kubeconfig, context, env)
+    try:
+        claim = client.get(R.NODECLAIMS, name)
+    except NotFoundError:
+        raise OpsError(f"unknown NodeClaim {name!r}") from None
+    except KubeError as e:
+        raise kube_error(e, client) from None
+    return instance_of_nodeclaim(claim)
+
+
+def rehearse(*, queue_url: str | None, env: str | None, instance_id: str | None, nodeclaim: str | None,
+             region: str | None, endpoint_url: str | None, cluster_name: str | None, kubeconfig: str | None,
+             context: str | None) -> Sent:
+    """`karpy interrupt`: resolve the region, the queue (its URL, or the environment's queue named after its
+    cluster) and the instance (given, or behind a NodeClaim), then check and send."""
+    from controller.ops.connect import aws_client, environment
+
+    config = environment(env) if env else None
+    if config is not None:
+        region = region or config.region
+        cluster_name = cluster_name or config.cluster_name
+    region = region or (region_of_queue(queue_url) if queue_url else None) or os.environ.get("AWS_REGION") \
+        or os.environ.get("AWS_DEFAULT_REGION")
+    if not region:
+        raise OpsError("no AWS region: give --region (or set AWS_REGION)", 2)
+    if nodeclaim is not None:
+        # --env names the cluster too (its kubeconfig context), unless --context says otherwise
+        instance_id = nodeclaim_instance(nodeclaim, kubeconfig, context, env if context is None else None)
+    if instance_id is None:
+        raise OpsError("give the instance (--instance) or its NodeClaim (--nodeclaim)", 2)
+    sqs = aws_client("sqs", region, endpoint_url)
+    if queue_url is None:
+        if config is None:
+            raise OpsError("give the queue (--queue-url) or the environment (--env)", 2)
+        queue_url = queue_url_for(sqs, config.cluster_name, region)
+    return send(sqs, aws_client("ec2", region, endpoint_url), queue_url, instance_id, region, cluster_name)
