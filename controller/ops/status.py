@@ -135,11 +135,18 @@ def _last_failed_scheduling(events: list[dict[str, Any]]) -> dict[tuple[str, str
 def collect(client: KubeClient, prices: PriceTable, now: float | None = None) -> dict[str, Any]:
     """The status document (machine form): nodePools, nodeClaims and pendingPods."""
     now = time.time() if now is None else now
+    notes: list[str] = []
     try:
         pools, _ = client.list(R.NODEPOOLS)
         claims, _ = client.list(R.NODECLAIMS)
         pods, _ = client.list(R.PODS, field_selector="status.phase=Pending,spec.nodeName=")
-        events, _ = client.list(R.EVENTS, field_selector="reason=FailedScheduling,involvedObject.kind=Pod")
+        try:
+            events, _ = client.list(R.EVENTS, field_selector="reason=FailedScheduling,involvedObject.kind=Pod")
+        except KubeError as e:
+            if e.status != 403:
+                raise
+            events = []  # the rest is still worth showing to someone who may not read events
+            notes.append("not allowed to list events: the pending pods' scheduling reasons are not shown")
     except NotFoundError:
         raise OpsError(f"the cluster at {client.host} has no NodePool/NodeClaim resources (karpenter.sh/v1 CRDs "
                        "are not installed: `karpy crds | kubectl apply -f -`)") from None
@@ -164,6 +171,7 @@ def collect(client: KubeClient, prices: PriceTable, now: float | None = None) ->
         "nodeClaims": [_nodeclaim(c, prices, now) for c in sorted(claims, key=lambda c: str(_meta(c).get("name")))],
         "pendingPods": pending,
         "prices": PRICE_SOURCE,
+        "notes": notes,
     })
 
 
@@ -230,6 +238,8 @@ def render_table(doc: dict[str, Any], width: int | None = None) -> str:
             out += wrap(g["reason"] or "no FailedScheduling event yet", width, "    ")
     else:
         out.append("  (none)")
+    for note in doc.get("notes") or []:
+        out += ["", *wrap(f"note: {note}", width)]
     return "\n".join(out) + "\n"
 
 

@@ -160,6 +160,15 @@ def test_drain_unknown_names_fail_in_one_line(world):
     res = _karpy(world, "drain", world["ready"] + "x")
     assert res.exit_code == 1 and res.output.count("\n") == 1
     assert f"unknown NodeClaim or Node '{world['ready']}x' (did you mean {world['ready']}?)" in res.output
+    # a node karpy did not launch is left to kubectl drain
+    other = f"{world['pool']}-unmanaged"
+    world["kc"].create(R.NODES, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": other},
+                                 "spec": {"providerID": "aws:///us-east-1b/i-0fffffffffffffff0"}})
+    res = _karpy(world, "drain", other)
+    assert res.exit_code == 1
+    assert res.output == f"error: node {other} has no NodeClaim (not launched by karpy); drain it with kubectl drain\n"
+    assert _exists(world["kc"], R.NODES, other)
+    world["kc"].delete(R.NODES, other)
 
 
 def test_drain_by_node_name_deletes_its_nodeclaim_and_waits(world):

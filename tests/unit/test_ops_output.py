@@ -180,3 +180,30 @@ def test_status_table_groups_pending_pods_and_fits():
     assert "PENDING PODS (501)" in text and "0/3 nodes are available: 3 Insufficient cpu." in text
     assert text.count("Insufficient cpu") == 1 and "no FailedScheduling event yet" in text
     assert "total: $1.5000/h" in text
+
+
+class _NoEvents:
+    """A cluster that refuses to list events (403). The test control plane authorizes everything (AlwaysAllow), so
+    no real server here can refuse; this stand-in answers the four list calls status makes."""
+
+    host = "https://k"
+
+    def list(self, res, namespace=None, label_selector=None, field_selector=None):
+        from controller.kube import resources as R
+        from controller.kube.errors import KubeError
+
+        if res == R.EVENTS:
+            raise KubeError(403, "Forbidden", 'events is forbidden: User "viewer" cannot list resource "events"')
+        if res == R.PODS:
+            return [{"metadata": {"name": "p", "namespace": "ns"}}], "1"
+        return [], "1"
+
+
+def test_status_without_permission_to_read_events_still_reports():
+    from controller.ops.status import collect
+
+    doc = collect(_NoEvents(), PriceTable())
+    assert doc["pendingPods"] == [{"namespace": "ns", "name": "p", "owner": "Pod/p", "ageSeconds": None,
+                                   "reason": None}]
+    assert doc["notes"] == ["not allowed to list events: the pending pods' scheduling reasons are not shown"]
+    assert "note: not allowed to list events" in render_table(doc, width=80)
