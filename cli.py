@@ -3,6 +3,7 @@ stacks packages. Heavy imports (numpy, boto3, cdktn) happen inside the commands 
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any, NoReturn
@@ -10,6 +11,8 @@ from typing import Any, NoReturn
 import click
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
+OUTPUT_FORMATS = ("table", "json", "yaml")
+KARPENTER_KINDS = ("NodePool", "NodeClaim", "EC2NodeClass", "Provisioner", "AWSNodeTemplate")
 
 
 def expand_paths(paths: tuple[str, ...]) -> list[str]:
@@ -35,72 +38,277 @@ def _fail(message: str, code: int = 1) -> NoReturn:
     sys.exit(code)
 
 
-def _load(files: tuple[str, ...]) -> list[Any]:
+def _warn(message: str) -> None:
+    click.echo(f"warning: {message}", err=True)
+
+
+def dedupe_paths(paths: list[str]) -> list[str]:
+    """Each file once, in the order first named; a file named twice (or reached twice through a directory) is
+    warned about, as reading it twice would double its pods."""
+    seen: dict[str, str] = {}
+    out: list[str] = []
+    for p in paths:
+        key = p if p == "-" else os.path.realpath(p)
+        if key in seen:
+            _warn(f"{p}: given more than once (as {seen[key]}); read once")
+            continue
+        seen[key] = p
+        out.append(p)
+    return out
+
+
+def _load(files: tuple[str, ...], karpenter: str = "") -> list[Any]:
+    """The documents of the -f inputs, warning about an object defined twice and, with karpenter="each", about a
+    file with no Karpenter document (validate, convert) or, with karpenter="any", about an input with none at all
+    (simulate, explain)."""
     from controller.api.documents import DocumentError, load_documents
 
+    docs: list[Any] = []
+    seen: dict[tuple[str, str, str], str] = {}
+    for path in dedupe_paths(expand_paths(files)):
+        try:
+            found = load_documents([path])
+        except DocumentError as e:
+            _fail(str(e))
+        where = "stdin" if path == "-" else path
+        if not found:
+            _warn(f"{where}: no Kubernetes documents")
+        elif karpenter == "each" and not any(d.kind in KARPENTER_KINDS for d in found):
+            _warn(f"{where}: no Karpenter documents ({', '.join(KARPENTER_KINDS)})")
+        for d in found:
+            key = (d.kind, d.namespace or "", d.name)
+            named = bool((d.raw.get("metadata") or {}).get("name"))
+            if named and key in seen:
+                ns = f"{d.namespace}/" if d.namespace else ""
+                _warn(f"{where}: {d.kind} {ns}{d.name} is defined again (first in {seen[key]})")
+            seen.setdefault(key, where)
+        docs.extend(found)
+    if karpenter == "any" and docs and not any(d.kind in KARPENTER_KINDS for d in docs):
+        _warn("no Karpenter documents in the input (no NodePool: only existing nodes can take pods)")
+    return docs
+
+
+def check_writable(path: str) -> None:
+    """Fail (one line, before any slow work) when a file cannot be written at path."""
+    target = Path(path)
+    if target.is_dir():
+        _fail(f"cannot write {path}: it is a directory")
+    parent = target.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        _fail(f"cannot write {path}: {parent} is not a directory")
+    if not os.access(parent, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
+        _fail(f"cannot write {path}: permission denied")
+
+
+def _format_option(fn: Any) -> Any:
+    return click.option("-o", "--output", type=click.Choice(OUTPUT_FORMATS), default="table", show_default=True,
+                        help="table for people; json or yaml (with apiVersion and kind) for scripts.")(fn)
+
+
+def _check_env(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """--env checked as it is parsed, before any slow import: a usage error (exit 2) with did-you-mean."""
+    if value is None:
+        return None
+    from controller.ops.errors import did_you_mean
+    from stacks.environments import InvalidEnvironment, environment_names, environments_dir
+
     try:
-        return load_documents(expand_paths(files))
-    except DocumentError as e:
-        _fail(str(e))
+        known = environment_names()
+    except InvalidEnvironment as e:
+        raise click.BadParameter(str(e)) from None
+    if value not in known:
+        where = f" (files in {environments_dir()})" if not known else ""
+        raise click.BadParameter(f"unknown environment {value!r}{did_you_mean(value, known)}{where}")
+    return value
+
+
+def _env_names(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+    """Shell completion of --env: the names of the project's environment files."""
+    try:
+        from stacks.environments import environment_names
+
+        return [name for name in environment_names() if name.startswith(incomplete)]
+    except Exception:  # completion must never print a traceback into the user's shell
+        return []
 
 
 files_option = click.option("-f", "--filename", "files", multiple=True, required=True, metavar="FILE",
                             help="Manifest file or directory (repeatable; '-' reads stdin).")
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+class KarpyGroup(click.Group):
+    """The command group: every error a command lets through is one line on stderr (exit 1), never a traceback
+    (KARPY_DEBUG=1 shows it); a usage error is one line too (exit 2); library warnings and log records are
+    silenced."""
+
+    def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
+             standalone_mode: bool = True, **extra: Any) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, False, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, False, **extra)
+        except click.UsageError as e:
+            where = e.ctx.command_path if e.ctx else "karpy"
+            click.echo(f"error: {e.format_message()} (see '{where} --help')", err=True)
+            sys.exit(e.exit_code)
+        except click.ClickException as e:
+            click.echo(f"error: {e.format_message()}", err=True)
+            sys.exit(e.exit_code)
+        except click.Abort:
+            click.echo("aborted", err=True)
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        from controller.logs import silence_libraries
+        from controller.ops.errors import OpsError
+
+        silence_libraries()
+        command = next(iter([*getattr(ctx, "_protected_args", []), *ctx.args]), None)
+        if command == "controller":
+            return super().invoke(ctx)  # a long-running process: its crashes keep their traceback, in its logs
+        try:
+            return super().invoke(ctx)
+        except OpsError as e:
+            _fail(str(e), e.code)
+        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException, SystemExit):
+            raise
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            sys.exit(130)
+        except BrokenPipeError:
+            sys.exit(0)  # `karpy status | head`
+        except OSError as e:
+            if os.environ.get("KARPY_DEBUG"):
+                raise
+            where = f"{e.filename}: " if getattr(e, "filename", None) else ""
+            _fail(f"{where}{e.strerror or e}")
+        except Exception as e:
+            if os.environ.get("KARPY_DEBUG"):
+                raise
+            _fail(f"internal error: {type(e).__name__}: {' '.join(str(e).split())[:300]} "
+                  "(KARPY_DEBUG=1 shows the traceback)")
+
+
+@click.group(cls=KarpyGroup, invoke_without_command=True,
+             context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
 @click.version_option(package_name="karpy", prog_name="karpy")
-def main() -> None:
-    """karpy: Karpenter for AWS in Python: simulate, validate, convert, and deploy per environment."""
+@click.pass_context
+def main(ctx: click.Context) -> None:
+    """karpy: Karpenter for AWS in Python: simulate, validate, convert, deploy per environment, and operate it.
+
+    \b
+    Examples:
+      karpy simulate -f examples/        what would Karpenter launch?
+      karpy explain web -f examples/     where do web's pods go, or why not?
+      karpy status                       NodePools, NodeClaims, pending pods
+      karpy drain NODE --wait            drain a node through its NodeClaim
+      karpy completion bash              shell completion script
+    """
+    if ctx.invoked_subcommand is None:
+        click.echo(ctx.get_help())
+        ctx.exit(0)
 
 
 @main.command()
 @files_option
 @click.option("--catalog", default="aws-us-east-1", show_default=True, metavar="NAME|FILE",
               help="Instance catalog: a bundled name (aws-us-east-1, benchmark) or a snapshot file.")
-@click.option("-o", "--output", type=click.Choice(["table", "json", "yaml"]), default="table", show_default=True)
+@_format_option
 def simulate(files: tuple[str, ...], catalog: str, output: str) -> None:
-    """What would Karpenter launch for these pods? An offline dry run: no cluster, no AWS account."""
+    """What would Karpenter launch for these pods? An offline dry run: no cluster, no AWS account.
+
+    Reads NodePools, EC2NodeClasses, workloads (Deployments, StatefulSets, Jobs, ... expanded into their pods),
+    DaemonSets, and Nodes with their pods (`kubectl get nodes,pods -A -o yaml`). Unschedulable pods are grouped
+    by owner, with one reason per NodePool.
+
+    \b
+    Examples:
+      karpy simulate -f examples/
+      kubectl get nodes,pods,ds -A -o yaml | karpy simulate -f - -f pools.yaml
+      karpy simulate -f apps.yaml -f pools.yaml --catalog snap.json.gz -o json
+    """
+    result = _simulate(files, catalog)
     from controller.simulate.render import render
+
+    click.echo(render(result, output), nl=False)
+
+
+def _simulate(files: tuple[str, ...], catalog: str) -> Any:
+    """Load and simulate, with a progress line on a TTY when it takes a while."""
+    from controller.ops.output import progress
     from controller.simulate.run import SimulationError, simulate_documents
 
-    docs = _load(files)
-    try:
-        result = simulate_documents(docs, catalog=catalog)
-    except SimulationError as e:
-        _fail(str(e))
-    click.echo(render(result, output), nl=False)
+    with progress("reading the input") as shown:
+        docs = _load(files, karpenter="any")
+        shown.update(f"simulating {len(docs)} documents")
+        try:
+            return simulate_documents(docs, catalog=catalog)
+        except SimulationError as e:
+            _fail(str(e))
 
 
 @main.command()
 @click.argument("pod")
 @files_option
 @click.option("--catalog", default="aws-us-east-1", show_default=True, metavar="NAME|FILE")
-def explain(pod: str, files: tuple[str, ...], catalog: str) -> None:
-    """Explain where POD (namespace/name or name) would go, or exactly why it cannot be scheduled."""
-    from controller.simulate.render import explain_pod
-    from controller.simulate.run import SimulationError, simulate_documents
+@_format_option
+def explain(pod: str, files: tuple[str, ...], catalog: str, output: str) -> None:
+    """Explain where POD would go, or exactly why it cannot be scheduled (one reason per NodePool).
 
-    docs = _load(files)
+    POD is namespace/name or a pod name; an owner (Deployment/web, shop/Deployment/web, or just web) to explain
+    all its pods; or a name prefix. When it matches pods of several owners, the candidates are listed.
+
+    \b
+    Examples:
+      karpy explain shop/checkout-0 -f examples/
+      karpy explain Deployment/web -f examples/ -o json
+    """
+    from controller.ops.output import dump
+    from controller.simulate.render import AmbiguousPod, explain, explain_text
+
+    result = _simulate(files, catalog)
     try:
-        result = simulate_documents(docs, catalog=catalog)
-        click.echo(explain_pod(result, pod))
-    except (SimulationError, KeyError) as e:
-        _fail(str(e.args[0]) if e.args else str(e))
+        doc = explain(result, pod)
+    except AmbiguousPod as e:
+        _fail(str(e.args[0]), 2)
+    except KeyError as e:
+        _fail(str(e.args[0]))
+    click.echo(explain_text(doc) if output == "table" else dump(doc, output), nl=False)
 
 
 @main.command()
 @files_option
-def validate(files: tuple[str, ...]) -> None:
-    """Validate NodePools, NodeClaims and EC2NodeClasses with Karpenter's rules; every error is printed."""
-    from controller.api import validate_document
+@_format_option
+def validate(files: tuple[str, ...], output: str) -> None:
+    """Validate NodePools, NodeClaims and EC2NodeClasses with Karpenter's rules; every error is printed.
 
-    docs = _load(files)
-    errors = [err for doc in docs for err in validate_document(doc)]
-    for err in errors:
+    Exit 1 when any document is invalid. With -o json|yaml the result (documents checked, errors by file, kind,
+    name and field) goes to stdout.
+
+    \b
+    Examples:
+      karpy validate -f nodepools.yaml -f ec2nodeclasses.yaml
+      karpy validate -f manifests/ -o json
+    """
+    from controller.api import validate_document
+    from controller.ops.output import dump, machine
+
+    docs = _load(files, karpenter="each")
+    checked = [d for d in docs if d.kind in KARPENTER_KINDS]
+    errors = [(doc, err) for doc in docs for err in validate_document(doc)]
+    if output != "table":
+        click.echo(dump(machine("ValidationResult", {
+            "valid": not errors, "documents": len(checked),
+            "errors": [{"file": doc.source, "kind": doc.kind, "name": doc.name, "field": err.path or None,
+                        "message": err.message} for doc, err in errors]}), output), nl=False)
+        if errors:
+            sys.exit(1)
+        return
+    for _, err in errors:
         click.echo(str(err), err=True)
-    checked = [d for d in docs if d.kind in ("NodePool", "NodeClaim", "EC2NodeClass", "Provisioner",
-                                             "AWSNodeTemplate")]
     if errors:
         _fail(f"{len(errors)} error(s) in {len(checked)} Karpenter document(s)")
     click.echo(f"{len(checked)} Karpenter document(s) valid")
@@ -109,12 +317,18 @@ def validate(files: tuple[str, ...]) -> None:
 @main.command()
 @files_option
 def convert(files: tuple[str, ...]) -> None:
-    """Convert v1beta1 / v1alpha5 Karpenter manifests to v1 (YAML on stdout, what has no v1 form on stderr)."""
+    """Convert v1beta1 / v1alpha5 Karpenter manifests to v1 (YAML on stdout, what has no v1 form on stderr).
+
+    \b
+    Examples:
+      karpy convert -f examples/legacy/ > v1.yaml
+      kubectl get provisioners,awsnodetemplates -o yaml | karpy convert -f -
+    """
     import yaml
 
     from controller.api.convert import convert_documents
 
-    manifests, leftovers = convert_documents(_load(files))
+    manifests, leftovers = convert_documents(_load(files, karpenter="each"))
     click.echo(yaml.safe_dump_all(manifests, sort_keys=False), nl=False)
     for line in leftovers:
         click.echo(f"not converted: {line}", err=True)
@@ -122,7 +336,12 @@ def convert(files: tuple[str, ...]) -> None:
 
 @main.command()
 def crds() -> None:
-    """Print the CustomResourceDefinitions for NodePool, NodeClaim and EC2NodeClass."""
+    """Print the CustomResourceDefinitions for NodePool, NodeClaim and EC2NodeClass.
+
+    \b
+    Example:
+      karpy crds | kubectl apply -f -
+    """
     from controller.api.crds import render_crds
 
     click.echo(render_crds(), nl=False)
@@ -130,7 +349,13 @@ def crds() -> None:
 
 @main.group()
 def catalog() -> None:
-    """Instance-type catalogs used by simulate."""
+    """Instance-type catalogs used by simulate.
+
+    \b
+    Examples:
+      karpy catalog show
+      karpy catalog refresh --region eu-west-1 -o eu-west-1.json.gz
+    """
 
 
 @catalog.command("refresh")
@@ -140,7 +365,13 @@ def catalog() -> None:
 @click.option("--no-pricing-api", is_flag=True, help="Do not ask the AWS Pricing API (isolated networks).")
 def catalog_refresh(region: str, endpoint: str | None, out: str, no_pricing_api: bool) -> None:
     """Write a catalog snapshot: DescribeInstanceTypes, the offerings per zone, and prices (the Pricing API and spot
-    price history where reachable, the documented estimate model for the rest; the file says which)."""
+    price history where reachable, the documented estimate model for the rest; the file says which).
+
+    \b
+    Examples:
+      karpy catalog refresh --region eu-west-1 -o eu-west-1.json.gz
+      karpy simulate -f examples/ --catalog eu-west-1.json.gz
+    """
     import datetime as dt
 
     import boto3
@@ -150,6 +381,7 @@ def catalog_refresh(region: str, endpoint: str | None, out: str, no_pricing_api:
     from controller.catalog.snapshot import snapshot_from_ec2
     from controller.cloud.aws.pricing import PricingProvider
 
+    check_writable(out)
     ec2 = boto3.client("ec2", region_name=region, endpoint_url=endpoint)
     # the Pricing API lives in us-east-1 (and a few others) whatever region is priced
     pricing = None if no_pricing_api else boto3.client("pricing", region_name="us-east-1")
@@ -168,13 +400,31 @@ def catalog_refresh(region: str, endpoint: str | None, out: str, no_pricing_api:
 
 @catalog.command("show")
 @click.option("--catalog", "name", default="aws-us-east-1", show_default=True, metavar="NAME|FILE")
-def catalog_show(name: str) -> None:
-    """Summarise a catalog: region, zones, number of types, where its prices come from."""
-    from controller.catalog.snapshot import load_catalog
+@_format_option
+def catalog_show(name: str, output: str) -> None:
+    """Summarise a catalog: region, zones, number of types, where its prices come from.
 
-    cat = load_catalog(name)
-    click.echo(f"catalog: {cat.name}\nregion: {cat.region}\nzones: {', '.join(cat.zones)}\n"
-               f"instance types: {len(cat.instance_types)}\nprices: {cat.price_source}\ngenerated: {cat.generated}")
+    \b
+    Examples:
+      karpy catalog show
+      karpy catalog show --catalog snapshot.json.gz -o json
+    """
+    from controller.catalog.snapshot import load_catalog
+    from controller.ops.output import dump, machine, wrap
+
+    try:
+        cat = load_catalog(name)
+    except ValueError as e:
+        _fail(str(e))
+    if output != "table":
+        click.echo(dump(machine("Catalog", {
+            "name": cat.name, "region": cat.region, "zones": cat.zones, "instanceTypes": len(cat.instance_types),
+            "prices": cat.price_source, "generated": cat.generated}), output), nl=False)
+        return
+    lines = [f"catalog: {cat.name}", f"region: {cat.region}", *wrap(f"zones: {', '.join(cat.zones)}"),
+             f"instance types: {len(cat.instance_types)}", *wrap(f"prices: {cat.price_source}"),
+             f"generated: {cat.generated}"]
+    click.echo("\n".join(lines))
 
 
 @main.command()
@@ -279,6 +529,182 @@ def diff(env: str) -> None:
 def deploy(env: str) -> None:
     """Deploy ENV: its stack ENV, then ENV-pools once the CRDs are in (the real CDK Terrain CLI and Terraform)."""
     _run_cdk("deploy", env)
+
+
+# ---- operating a cluster ----------------------------------------------------------------------------------------
+
+def _cluster_options(fn: Any) -> Any:
+    """--kubeconfig, --context and --env: which cluster an ops command talks to."""
+    fn = click.option("--env", "env", default=None, metavar="ENV", shell_complete=_env_names, callback=_check_env,
+                      help="Environment: use the kubeconfig context whose server is its cluster endpoint.")(fn)
+    fn = click.option("--context", default=None, metavar="NAME", help="kubeconfig context (default: current).")(fn)
+    return click.option("--kubeconfig", default=None, metavar="PATH", type=click.Path(dir_okay=False),
+                        help="kubeconfig file (default: $KUBECONFIG, else ~/.kube/config; in a pod without "
+                             "either, the service account).")(fn)
+
+
+def _kube(kubeconfig: str | None, context: str | None, env: str | None) -> Any:
+    from controller.ops.connect import kube_client
+
+    if env and context:
+        raise click.UsageError("--env picks the context itself; give --env or --context, not both")
+    return kube_client(kubeconfig, context, env)
+
+
+@main.command()
+@_cluster_options
+@_format_option
+def status(kubeconfig: str | None, context: str | None, env: str | None, output: str) -> None:
+    """NodePools (usage against limits, Ready), NodeClaims (state, age, type, zone, capacity type, $/h, node) and
+    pending pods with the last FailedScheduling message, grouped by owner.
+
+    Prices are the bundled catalog's (us-east-1 estimates; `-` for zones it does not price).
+
+    \b
+    Examples:
+      karpy status
+      karpy status --env prod -o json
+      KUBECONFIG=~/.kube/staging karpy status
+    """
+    from controller.catalog.snapshot import load_prices
+    from controller.ops.output import progress
+    from controller.ops.status import collect, render
+
+    client = _kube(kubeconfig, context, env)
+    with progress("reading the cluster"):
+        doc = collect(client, load_prices())
+    click.echo(render(doc, output), nl=False)
+
+
+@main.command()
+@click.argument("name", metavar="NODECLAIM|NODE")
+@click.option("--wait", is_flag=True, help="Show the drain's progress until the NodeClaim is gone.")
+@click.option("--timeout", type=click.FloatRange(min=0), default=0, show_default=True, metavar="SECONDS",
+              help="With --wait: give up (exit 1) after this long; 0 waits for ever.")
+@_cluster_options
+def drain(name: str, wait: bool, timeout: float, kubeconfig: str | None, context: str | None,
+          env: str | None) -> None:
+    """Drain a node the way Karpenter does: delete its NodeClaim, so the controller taints the node, evicts its pods
+    (honouring PodDisruptionBudgets), terminates the instance and lets the node go.
+
+    A Node's name is resolved to its NodeClaim (owner reference, providerID). Needs the karpy controller running.
+
+    \b
+    Examples:
+      karpy drain default-x7k2p
+      karpy drain ip-10-0-1-23.ec2.internal --wait --timeout 900
+    """
+    from controller.ops.nodes import drain as drain_claim
+    from controller.ops.nodes import wait_gone
+
+    client = _kube(kubeconfig, context, env)
+    claim, line = drain_claim(client, name)
+    click.echo(line)
+    if wait:
+        wait_gone(client, claim, lambda state: click.echo(state.line()), timeout=timeout)
+
+
+@main.command()
+@click.argument("node", metavar="NODE")
+@_cluster_options
+def cordon(node: str, kubeconfig: str | None, context: str | None, env: str | None) -> None:
+    """Mark NODE (or a NodeClaim's node) unschedulable; its pods stay.
+
+    \b
+    Example:
+      karpy cordon ip-10-0-1-23.ec2.internal
+    """
+    from controller.ops.nodes import set_unschedulable
+
+    click.echo(set_unschedulable(_kube(kubeconfig, context, env), node, True))
+
+
+@main.command()
+@click.argument("node", metavar="NODE")
+@_cluster_options
+def uncordon(node: str, kubeconfig: str | None, context: str | None, env: str | None) -> None:
+    """Mark NODE (or a NodeClaim's node) schedulable again.
+
+    \b
+    Example:
+      karpy uncordon ip-10-0-1-23.ec2.internal
+    """
+    from controller.ops.nodes import set_unschedulable
+
+    click.echo(set_unschedulable(_kube(kubeconfig, context, env), node, False))
+
+
+@main.command()
+@click.option("--queue-url", default=None, metavar="URL", help="The interruption queue (INTERRUPTION_QUEUE's URL).")
+@click.option("--env", "env", default=None, metavar="ENV", shell_complete=_env_names, callback=_check_env,
+              help="Environment: its region and its queue (named after its cluster).")
+@click.option("--instance", "instance_id", default=None, metavar="i-…", help="The EC2 instance to interrupt.")
+@click.option("--nodeclaim", default=None, metavar="NAME", help="The NodeClaim whose instance to interrupt, read "
+              "from the cluster (--kubeconfig, --context; with --env, its context).")
+@click.option("--region", default=None, metavar="REGION",
+              help="AWS region (default: the environment's, the queue URL's, or AWS_REGION).")
+@click.option("--endpoint-url", default=None, metavar="URL", help="AWS endpoint (e.g. LocalStack); AWS_ENDPOINT_URL "
+              "works too.")
+@click.option("--cluster-name", default=None, metavar="NAME",
+              help="Also require the instance to carry this cluster's ownership tag (default: the environment's "
+                   "cluster).")
+@click.option("--kubeconfig", default=None, metavar="PATH", type=click.Path(dir_okay=False),
+              help="kubeconfig for --nodeclaim (default: $KUBECONFIG, else ~/.kube/config).")
+@click.option("--context", default=None, metavar="NAME", help="kubeconfig context for --nodeclaim.")
+def interrupt(queue_url: str | None, env: str | None, instance_id: str | None, nodeclaim: str | None,
+              region: str | None, endpoint_url: str | None, cluster_name: str | None, kubeconfig: str | None,
+              context: str | None) -> None:
+    """Rehearse a spot interruption: send the interruption queue EC2's "Spot Instance Interruption Warning" for one
+    of karpy's instances. The controller then cordons and drains its node and launches a replacement.
+
+    The instance must exist (DescribeInstances) and carry karpy's tags; nothing else is accepted.
+
+    \b
+    Examples:
+      karpy interrupt --env staging --instance i-0123456789abcdef0
+      karpy interrupt --queue-url "$QUEUE_URL" --nodeclaim default-x7k2p
+    """
+    from controller.ops.interrupt import rehearse
+
+    if (queue_url is None) == (env is None):
+        raise click.UsageError("give the queue: --queue-url URL or --env ENV (one of them)")
+    if (instance_id is None) == (nodeclaim is None):
+        raise click.UsageError("give what to interrupt: --instance i-… or --nodeclaim NAME (one of them)")
+    sent = rehearse(queue_url=queue_url, env=env, instance_id=instance_id, nodeclaim=nodeclaim, region=region,
+                    endpoint_url=endpoint_url, cluster_name=cluster_name, kubeconfig=kubeconfig, context=context)
+    click.echo(f"sent a spot interruption warning for {sent.instance_id} to {sent.queue_url} "
+               f"(message {sent.message_id}); the controller drains its node within seconds")
+
+
+# ---- about karpy ---------------------------------------------------------------------------------------------
+
+@main.command()
+@click.option("-o", "--output", type=click.Choice(OUTPUT_FORMATS), default="table", show_default=True)
+def version(output: str) -> None:
+    """karpy's version, the source revision it was built from, and Python's."""
+    from controller.ops.about import version_info, version_line
+    from controller.ops.output import dump, machine
+
+    info = version_info()
+    click.echo(version_line(info) + "\n" if output == "table" else dump(machine("Version", info), output), nl=False)
+
+
+@main.command()
+@click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
+def completion(shell: str) -> None:
+    """Print the shell completion script for SHELL (commands, options, files, environment names).
+
+    \b
+    Examples:
+      karpy completion bash > /etc/bash_completion.d/karpy
+      echo 'eval "$(karpy completion zsh)"' >> ~/.zshrc
+      karpy completion fish > ~/.config/fish/completions/karpy.fish
+    """
+    from click.shell_completion import get_completion_class
+
+    cls = get_completion_class(shell)
+    assert cls is not None  # the three choices are click's built-in shells
+    click.echo(cls(main, {}, "karpy", "_KARPY_COMPLETE").source())
 
 
 def _setting_options(fn: Any) -> Any:

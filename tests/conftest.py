@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import time
+import urllib.parse
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -83,14 +84,44 @@ def localstack_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[st
         _stop(pids)
 
 
-@pytest.fixture(scope="session")
-def aws_client(localstack_endpoint: str) -> Callable[..., Any]:
-    """A factory of boto3 clients bound to LocalStack: aws_client("ec2"), aws_client("sqs", region="eu-west-1")."""
-    import boto3
+# the AWS services the tests ask LocalStack for; pytest-localstack checks each answers before the first test
+LOCALSTACK_SERVICES = ("ec2", "events", "iam", "sqs", "ssm", "sts")
 
-    def make(service: str, region: str = "us-east-1") -> Any:
-        return boto3.client(service, region_name=region, endpoint_url=localstack_endpoint,
-                            aws_access_key_id="test", aws_secret_access_key="test")
+
+@pytest.fixture(scope="session")
+def localstack_session(localstack_endpoint: str) -> Callable[[str], Any]:
+    """pytest-localstack's RunningSession, per region, attached to this session's LocalStack (no Docker: the server
+    is the one localstack_endpoint started): it waits until every service in LOCALSTACK_SERVICES answers and hands
+    out boto3 clients and sessions bound to it (`.boto3.client("ec2")`, `.boto3.session()`)."""
+    from pytest_localstack.session import RunningSession
+
+    url = urllib.parse.urlsplit(localstack_endpoint)
+    sessions: dict[str, Any] = {}
+
+    def for_region(region: str = "us-east-1") -> Any:
+        if region not in sessions:
+            session = RunningSession(url.hostname or "127.0.0.1", region_name=region, use_ssl=url.scheme == "https",
+                                     services={name: url.port for name in LOCALSTACK_SERVICES})
+            session.start(timeout=120)
+            sessions[region] = session
+        return sessions[region]
+
+    return for_region
+
+
+@pytest.fixture(scope="session")
+def aws_client(localstack_session: Callable[[str], Any]) -> Callable[..., Any]:
+    """A factory of boto3 clients bound to LocalStack, from pytest-localstack: aws_client("ec2"),
+    aws_client("sqs", region="eu-west-1"), aws_client("ec2", config=Config(...))."""
+
+    sessions: dict[str, Any] = {}
+
+    def make(service: str, region: str = "us-east-1", **kwargs: Any) -> Any:
+        if region not in sessions:
+            # the credentials the controller processes of the e2e tests use: one LocalStack account for both
+            sessions[region] = localstack_session(region).boto3.session(aws_access_key_id="test",
+                                                                       aws_secret_access_key="test")
+        return sessions[region].client(service, **kwargs)
 
     return make
 

@@ -44,6 +44,23 @@ def _short_hash(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:10]
 
 
+def _suffixes(seed: str, count: int) -> list[str]:
+    """count distinct 5-character suffixes, stable for a seed. Five hex characters collide within a few thousand
+    replicas (a birthday bound), and two pods of one name would count as one, so a taken suffix is drawn again."""
+    out: list[str] = []
+    taken: set[str] = set()
+    for i in range(count):
+        attempt = 0
+        while True:
+            suffix = _short_hash(f"{seed}{i}" + (f"/{attempt}" if attempt else ""))[:5]
+            if suffix not in taken:
+                break
+            attempt += 1
+        taken.add(suffix)
+        out.append(suffix)
+    return out
+
+
 def _template_pod(doc: Document, template: Any, name: str, path: str) -> dict[str, Any]:
     """A Pod manifest from a workload's pod template, labelled and owned the way its controller would do it."""
     if not isinstance(template, dict) or not isinstance(template.get("spec"), dict):
@@ -81,8 +98,8 @@ def expand_workload(doc: Document) -> list[dict[str, Any]]:
         completions = spec.get("completions")
         count = parallelism if completions is None else min(parallelism,
                                                             _int_field(doc, spec, "completions", 1, "spec"))
-        return [_template_pod(doc, template, f"{doc.name}-{_short_hash(doc.name + str(i))[:5]}", "spec.template")
-                for i in range(count)]
+        return [_template_pod(doc, template, f"{doc.name}-{suffix}", "spec.template")
+                for suffix in _suffixes(doc.name, count)]
     replicas = _int_field(doc, spec, "replicas", 1, "spec")
     if kind == "StatefulSet":
         pods = [_template_pod(doc, template, f"{doc.name}-{i}", "spec.template") for i in range(replicas)]
@@ -93,8 +110,8 @@ def expand_workload(doc: Document) -> list[dict[str, Any]]:
                     {"name": name, "persistentVolumeClaim": {"claimName": statefulset_claim(name, doc.name, i)}})
         return pods
     rs_hash = _short_hash(repr(template))[:10]
-    return [_template_pod(doc, template, f"{doc.name}-{rs_hash}-{_short_hash(str(i))[:5]}", "spec.template")
-            for i in range(replicas)]
+    return [_template_pod(doc, template, f"{doc.name}-{rs_hash}-{suffix}", "spec.template")
+            for suffix in _suffixes("", replicas)]
 
 
 def statefulset_claim(template: str | None, statefulset: str, ordinal: int) -> str:

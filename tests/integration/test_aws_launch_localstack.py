@@ -6,7 +6,6 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-import boto3
 import pytest
 from botocore.awsrequest import AWSResponse
 from botocore.config import Config
@@ -25,9 +24,8 @@ ZONES = ("us-east-1a", "us-east-1b", "us-east-1c")
 
 
 @pytest.fixture(scope="module")
-def world(localstack_endpoint):
-    ec2: Any = boto3.client("ec2", region_name="us-east-1", endpoint_url=localstack_endpoint, aws_access_key_id="test",
-                       aws_secret_access_key="test", config=Config(retries={"mode": "standard", "max_attempts": 5}))
+def world(aws_client):
+    ec2: Any = aws_client("ec2", config=Config(retries={"mode": "standard", "max_attempts": 5}))
     cluster = f"c{uuid.uuid4().hex[:8]}"
     vpc = ec2.create_vpc(CidrBlock="10.20.0.0/16")["Vpc"]["VpcId"]
     tag = {"Key": "karpenter.sh/discovery", "Value": cluster}

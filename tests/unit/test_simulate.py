@@ -50,10 +50,10 @@ def test_examples_land_on_their_pools(result):
 
 def test_gpu_pod_is_explained(result):
     data = to_dict(result)
-    assert [u["pod"] for u in data["unschedulable"]] == ["ml/train-model"]
-    reason = data["unschedulable"][0]["reason"]
-    assert 'nodepool "monitoring": taint dedicated=monitoring:NoSchedule not tolerated' in reason
-    assert 'nodepool "default": no instance type has room for requests cpu=8, memory=32Gi, nvidia.com/gpu=1' in reason
+    assert [u["pods"] for u in data["unschedulable"]] == [["ml/train-model"]]
+    reasons = {r["nodePool"]: r["reason"] for r in data["unschedulable"][0]["reasons"]}
+    assert reasons["monitoring"] == "taint dedicated=monitoring:NoSchedule not tolerated"
+    assert reasons["default"].startswith("no instance type has room for requests cpu=8, memory=32Gi, nvidia.com/gpu=1")
     assert explain_pod(result, "ml/train-model").startswith("ml/train-model cannot be scheduled")
 
 
@@ -90,8 +90,8 @@ def test_snapshot_with_existing_nodes_fills_them_first():
     data = to_dict(result)
     assert data["existingNodes"] == [{"name": "ip-10-0-1-1", "pods": ["default/pending-small"]}]
     # the pool has 6 cpu of limits and its node uses 4: a new node fits only within the 2 left
-    assert [u["pod"] for u in data["unschedulable"]] == ["default/pending-big"]
-    assert "limits exceeded" in data["unschedulable"][0]["reason"]
+    assert [u["pods"] for u in data["unschedulable"]] == [["default/pending-big"]]
+    assert "limits exceeded" in data["unschedulable"][0]["reasons"][0]["reason"]
 
 
 def test_invalid_input_names_the_field():
