@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from controller.api import labels as L
-from controller.catalog.ec2 import instance_type_from_ec2
+from controller.catalog.ec2 import instance_type_from_ec2, trim_info
 from controller.catalog.pricing import PriceTable
 from controller.catalog.types import InstanceType, Offering
 
@@ -24,13 +24,6 @@ DATA_DIR = Path(__file__).parent / "data"
 BUNDLED = {"aws-us-east-1": DATA_DIR / "aws-us-east-1.json.gz"}
 SYNTHETIC = ("benchmark",)
 FORMAT_VERSION = 1
-# The EC2 fields instance_type_from_ec2 and the price model read; everything else is dropped to keep files small.
-KEPT_FIELDS = ("InstanceType", "ProcessorInfo", "VCpuInfo", "MemoryInfo", "Hypervisor", "BareMetal", "NetworkInfo",
-               "EbsInfo", "InstanceStorageInfo", "GpuInfo", "NeuronInfo", "InferenceAcceleratorInfo",
-               "SupportedUsageClasses", "SupportedVirtualizationTypes", "BurstablePerformanceSupported")
-_NETWORK_FIELDS = ("MaximumNetworkInterfaces", "Ipv4AddressesPerInterface", "EncryptionInTransitSupported",
-                   "EfaSupported", "EfaInfo", "NetworkCards")
-
 
 @dataclass
 class Catalog:
@@ -61,19 +54,6 @@ class Catalog:
         return self._cache[key]
 
 
-def _trim(info: dict[str, Any]) -> dict[str, Any]:
-    out = {k: info[k] for k in KEPT_FIELDS if k in info}
-    if "NetworkInfo" in out:
-        out["NetworkInfo"] = {k: v for k, v in out["NetworkInfo"].items() if k in _NETWORK_FIELDS}
-        out["NetworkInfo"]["NetworkCards"] = [{"BaselineBandwidthInGbps": c.get("BaselineBandwidthInGbps")}
-                                              for c in out["NetworkInfo"].get("NetworkCards", [])
-                                              if c.get("BaselineBandwidthInGbps")]
-    if "EbsInfo" in out:
-        bw = (out["EbsInfo"].get("EbsOptimizedInfo") or {}).get("MaximumBandwidthInMbps")
-        out["EbsInfo"] = {"EbsOptimizedInfo": {"MaximumBandwidthInMbps": bw}} if bw else {}
-    return out
-
-
 def write_snapshot(path: str | Path, *, region: str, infos: list[dict[str, Any]], zones_by_type: dict[str, list[str]],
                    prices: PriceTable, price_source: str, generated: str) -> int:
     """Write a snapshot file; returns the number of instance types written."""
@@ -83,7 +63,7 @@ def write_snapshot(path: str | Path, *, region: str, infos: list[dict[str, Any]]
         zones = sorted(zones_by_type.get(name, []))
         if not zones or name not in prices.on_demand:
             continue
-        types.append({"info": _trim(info), "zones": zones, "onDemand": prices.on_demand[name],
+        types.append({"info": trim_info(info), "zones": zones, "onDemand": prices.on_demand[name],
                       "spot": {z: prices.spot[(name, z)] for z in zones if (name, z) in prices.spot}})
     doc: dict[str, Any] = {"format": FORMAT_VERSION, "region": region, "generated": generated,
                            "priceSource": price_source, "zones": sorted({z for t in types for z in t["zones"]}),
