@@ -61,12 +61,18 @@ class Bin:
         """Why the bin's node cannot meet a pod's requirements (None when it can)."""
         raise NotImplementedError
 
-    def room(self, reqs: Requirements, req: np.ndarray, want: int) -> int:
-        """How many more pods (each requesting req, needing reqs) fit, at most want."""
+    def room(self, reqs: Requirements, req: np.ndarray, want: int,
+             ports: frozenset[tuple[str, str, int]] = frozenset()) -> int:
+        """How many more pods (each requesting req, needing reqs and host ports) fit, at most want."""
         raise NotImplementedError
 
-    def add(self, reqs: Requirements, req: np.ndarray, pods: list[Pod]) -> None:
-        """Take pods (identical, each requesting req and needing reqs)."""
+    def possible(self, key: str) -> list[str]:
+        """The values of key the node may still get (one when decided; none when it cannot have the key)."""
+        raise NotImplementedError
+
+    def add(self, reqs: Requirements, req: np.ndarray, pods: list[Pod],
+            ports: frozenset[tuple[str, str, int]] = frozenset()) -> None:
+        """Take pods (identical, each requesting req and needing reqs and host ports)."""
         self.used = self.used + req * len(pods)
         self.maxfree = self.free_upper_bound()
         self.pods.extend(pods)
@@ -80,7 +86,6 @@ class NodeClaim(Bin):
         super().__init__(name, requirements, taints, used)
         self.index = index
         self.mask = mask
-        self.host_ports |= index.daemon_host_ports
         self.maxfree = self.free_upper_bound()
 
     def free_upper_bound(self) -> np.ndarray:
@@ -96,11 +101,14 @@ class NodeClaim(Bin):
     def incompatibility(self, reqs: Requirements) -> str | None:
         return self.requirements.incompatibility(reqs)
 
-    def room(self, reqs: Requirements, req: np.ndarray, want: int) -> int:
+    def room(self, reqs: Requirements, req: np.ndarray, want: int,
+             ports: frozenset[tuple[str, str, int]] = frozenset()) -> int:
         ix = self.index
         merged = self.requirements.intersect(reqs)
         zm, cm = ix.offer_masks(merged)
         mask = ix.offered(self.mask & ix.mask(reqs), zm, cm)
+        if ports:
+            mask = mask & ix.ports_ok(ports)  # types whose DaemonSets hold none of the pod's host ports
         if not mask.any():
             return 0
         k = fit_count(ix.free0[mask] - self.used[None, :], req)
@@ -108,12 +116,33 @@ class NodeClaim(Bin):
             return 0
         return min(want, ix.min_values_cap(mask, k, merged))
 
-    def add(self, reqs: Requirements, req: np.ndarray, pods: list[Pod]) -> None:
+    def possible(self, key: str) -> list[str]:
+        r = self.requirements.get(key)
+        if r is not None and not r.complement:
+            return sorted(r.values)
+        ix = self.index
+        if key in (L.ZONE, L.CAPACITY_TYPE):
+            zm, cm = ix.offer_masks(self.requirements)
+            sub = ix.price[self.mask][:, zm, :][:, :, cm]
+            if key == L.ZONE:
+                names = [z for i, z in enumerate(ix.zones) if zm[i]]
+                live = np.isfinite(sub).any(axis=(0, 2))
+            else:
+                names = [c for i, c in enumerate(CAPACITY_TYPES) if cm[i]]
+                live = np.isfinite(sub).any(axis=(0, 1))
+            return [n for n, ok in zip(names, live.tolist(), strict=True) if ok]
+        values = {v for v in ix.column(key)[self.mask].tolist() if v is not None}
+        return sorted(v for v in values if r is None or r.has(v))
+
+    def add(self, reqs: Requirements, req: np.ndarray, pods: list[Pod],
+            ports: frozenset[tuple[str, str, int]] = frozenset()) -> None:
         ix = self.index
         self.used = self.used + req * len(pods)
         self.requirements = self.requirements.intersect(reqs)
         zm, cm = ix.offer_masks(self.requirements)
         self.mask = ix.offered(self.mask & ix.mask(reqs), zm, cm) & (ix.free0 >= self.used[None, :]).all(axis=1)
+        if ports:
+            self.mask &= ix.ports_ok(ports)
         self.maxfree = self.free_upper_bound()
         self.pods.extend(pods)
 

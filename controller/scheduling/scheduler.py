@@ -65,6 +65,8 @@ class Scheduler:
         self.pools = sorted(node_pools, key=lambda p: (-(p.weight or 0), p.name))
         self.existing_nodes = existing_nodes or []
         self.daemonsets = daemonsets or []
+        # Karpenter adds the PreferNoSchedule toleration as the last relaxation only when some pool has such a taint
+        self.tolerate_prefer_no_schedule = any(t.effect == "PreferNoSchedule" for p in self.pools for t in p.taints)
         # the state of one solve, reset by _start
         self.resources: list[str] = list(BASE_RESOURCES)
         self.rindex: dict[str, int] = {}
@@ -79,28 +81,6 @@ class Scheduler:
         self._names = 0
 
     # ---- setup -------------------------------------------------------------------------------------------------
-    def _daemons(self, pool: SchedNodePool) -> list[Pod]:
-        """The DaemonSets that would run on the pool's nodes. Startup taints never keep a DaemonSet off (they exist
-        so DaemonSets can prepare the node), as in Karpenter's isDaemonPodCompatible."""
-        out = []
-        for ds in self.daemonsets:
-            if untolerated(pool.taints, ds.tolerations) is not None:
-                continue
-            if ds.node_terms and all(pool.requirements.incompatibility(t) is not None for t in ds.node_terms):
-                continue
-            out.append(ds)
-        return out
-
-    def _index(self, pool: SchedNodePool, resources: list[str]) -> InstanceTypeIndex:
-        """The pool's instance types less the requests of its DaemonSets, with the host ports they hold."""
-        overhead: dict[str, int] = {}
-        ports: set[tuple[str, str, int]] = set()
-        for ds in self._daemons(pool):
-            for k, v in ds.requests.items():
-                overhead[k] = overhead.get(k, 0) + v
-            ports |= ds.host_ports
-        return InstanceTypeIndex(pool, resources, overhead, frozenset(ports))
-
     def _start(self, pods: list[Pod]) -> None:
         """Reset the solve state: resources, instance-type indexes, limits left, existing nodes as bins, groups."""
         resources = list(BASE_RESOURCES)
@@ -110,7 +90,8 @@ class Scheduler:
                     resources.append(r)
         self.resources = resources
         self.rindex = {r: i for i, r in enumerate(resources)}
-        self.indexes = [self._index(p, resources) for p in self.pools]
+        # each pool's instance types less the DaemonSets that would run on each (InstanceTypeIndex._daemon_groups)
+        self.indexes = [InstanceTypeIndex(p, resources, self.daemonsets) for p in self.pools]
         self.remaining = {p.name: (None if p.limits is None else dict(p.limits)) for p in self.pools}
         for pool in self.pools:
             rem = self.remaining[pool.name]
@@ -152,8 +133,25 @@ class Scheduler:
                 chunk = group[rnd * size:(rnd + 1) * size]
                 if chunk:
                     self._place_class(chunk, plan)
+        self._retry(pods, plan)
         self._finish(plan, lower_bound)
         return plan
+
+    def _retry(self, pods: list[Pod], plan: Plan) -> None:
+        """Retry the pods left over, from their full preferences, for as long as a pass places some: a pod whose
+        affinity target (or the pod that frees a spread domain) was placed after it gets another go, as Karpenter's
+        queue retries failed pods while it makes progress."""
+        while plan.unschedulable:
+            left = [p for p in pods if p.key in plan.unschedulable]
+            before = len(left)
+            classes: dict[object, list[Pod]] = {}
+            for p in left:
+                classes.setdefault(p.class_key, []).append(p)
+                del plan.unschedulable[p.key]
+            for group in classes.values():
+                self._place_class(group, plan)
+            if len(plan.unschedulable) >= before:
+                return
 
     def _add_bin(self, b: Bin) -> None:
         b.position = len(self.bins)
@@ -194,7 +192,7 @@ class Scheduler:
         level = 0
         reason = ""
         while pending:
-            view = relaxed(proto, level)
+            view = relaxed(proto, level, self.tolerate_prefer_no_schedule)
             if view is None:
                 break
             placed, reason = self._place_view(view, pending)
@@ -228,10 +226,20 @@ class Scheduler:
         """Place a prefix of pods (all identical) into one bin; returns how many were placed (0 = none possible).
         term is the node requirement tried (preferences included), strict the same from required affinity alone."""
         req = self._vec(view.pod.requests)
-        reqs, cap, why = self.topology.requirements(view, term, strict)
-        if reqs is None:
+        options, why = self.topology.options(view, term, strict, req)
+        if not options:
             reasons.append(why)
             return 0
+        for reqs, cap in options:
+            n = self._place_in(view, reqs, cap, req, pods, reasons)
+            if n:
+                return n
+        return 0
+
+    def _place_in(self, view: View, reqs: Requirements, cap: int, req: np.ndarray, pods: list[Pod],
+                  reasons: list[str]) -> int:
+        """Place a prefix of pods into one bin (or several, when no count-dependent constraint applies) under
+        requirements reqs (a topology domain chosen), at most cap of them; returns how many were placed."""
         want = len(pods)
         # Requirements that depend on current counts (zonal spread/affinity) allow one bin per call; otherwise the
         # class fills bin after bin. Bins only fill up, so one rejected for this class and requirements stays so.
@@ -295,10 +303,10 @@ class Scheduler:
             return 0
         if view.host_ports:
             want = 1
-        return b.room(reqs, req, want)
+        return b.room(reqs, req, want, view.host_ports)
 
     def _commit(self, b: Bin, view: View, reqs: Requirements, req: np.ndarray, pods: list[Pod]) -> None:
-        b.add(reqs, req, pods)
+        b.add(reqs, req, pods, view.host_ports)
         self._maxfree[b.position] = b.maxfree
         b.host_ports |= view.host_ports
         b.anti_terms.extend(t for t in view.anti_affinity if t.topology_key == L.HOSTNAME)
@@ -316,10 +324,9 @@ class Scheduler:
         why = pool.requirements.incompatibility(reqs)
         if why is not None:
             return 0, why
-        held = view.host_ports & ix.daemon_host_ports
-        if held:
-            protocol, ip, port = min(held)
-            return 0, f"host port {port}/{protocol} ({ip}) is held by a DaemonSet on the pool's nodes"
+        why = self.topology.opens(view)
+        if why:
+            return 0, why
         merged = pool.requirements.intersect(reqs)
         zm, cm = ix.offer_masks(merged)
         mask = ix.all_mask & ix.mask(merged)
@@ -328,6 +335,11 @@ class Scheduler:
         mask = ix.offered(mask, zm, cm)
         if not mask.any():
             return 0, "no offering in the allowed zones and capacity types"
+        if view.host_ports:
+            mask = mask & ix.ports_ok(view.host_ports)
+            if not mask.any():
+                protocol, ip, port = min(view.host_ports)
+                return 0, f"host port {port}/{protocol} ({ip}) is held by a DaemonSet on the pool's nodes"
         rem = self.remaining[pool.name]
         within = np.ones(len(ix.types), dtype=bool)
         if rem is not None:
