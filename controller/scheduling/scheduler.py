@@ -32,6 +32,7 @@ from controller.scheduling.topology import Topology
 from controller.scheduling.types import ExistingNode, SchedNodePool, untolerated
 
 MAX_ROUNDS = 256
+MAX_RETRY_PASSES = 32  # Karpenter retries while it makes progress, bounded by its solve timeout; this bounds it too
 BASE_RESOURCES = (CPU, MEMORY, PODS)
 NODES = "nodes"  # a NodePool limit on the number of nodes, counted in its usage (status.resources) too
 
@@ -141,7 +142,9 @@ class Scheduler:
         """Retry the pods left over, from their full preferences, for as long as a pass places some: a pod whose
         affinity target (or the pod that frees a spread domain) was placed after it gets another go, as Karpenter's
         queue retries failed pods while it makes progress."""
-        while plan.unschedulable:
+        for _ in range(MAX_RETRY_PASSES):
+            if not plan.unschedulable:
+                return
             left = [p for p in pods if p.key in plan.unschedulable]
             before = len(left)
             classes: dict[object, list[Pod]] = {}
