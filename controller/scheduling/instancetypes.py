@@ -64,6 +64,7 @@ class InstanceTypeIndex:
         self.types_array[:] = self.types
         self._columns: dict[str, np.ndarray] = {}
         self._mask_cache: dict[Requirement, np.ndarray] = {}
+        self._combined: dict[tuple[Requirement, ...], np.ndarray] = {}
         self._offer_masks: dict[tuple[Requirement | None, Requirement | None], tuple[np.ndarray, np.ndarray]] = {}
         self._offered: dict[bytes, np.ndarray] = {}
         self._ports_ok: dict[frozenset[tuple[str, str, int]], np.ndarray] = {}
@@ -134,10 +135,12 @@ class InstanceTypeIndex:
 
     def mask(self, reqs: Requirements) -> np.ndarray:
         """Types whose labels satisfy reqs (zone/capacity type are checked on offerings instead)."""
+        labelled = tuple(r for r in reqs if r.key not in OFFERING_KEYS)
+        hit = self._combined.get(labelled)
+        if hit is not None:
+            return hit
         m = self.all_mask.copy()
-        for r in reqs:
-            if r.key in OFFERING_KEYS:
-                continue
+        for r in labelled:
             cached = self._mask_cache.get(r)
             if cached is None:
                 col = self._columns.get(r.key)
@@ -151,6 +154,8 @@ class InstanceTypeIndex:
                     cached = np.fromiter((uniq[v] for v in col), dtype=bool, count=len(col))
                 self._mask_cache[r] = cached
             m &= cached
+        m.flags.writeable = False  # shared: callers combine it with & and never write it
+        self._combined[labelled] = m
         return m
 
     def min_values_cap(self, mask: np.ndarray, fit: np.ndarray, reqs: Requirements) -> int:
@@ -212,8 +217,7 @@ def fit_count(free: np.ndarray, req: np.ndarray) -> np.ndarray:
     nz = req > 0
     if not nz.any():
         return np.full(free.shape[0], 1 << 30)
-    with np.errstate(divide="ignore"):
-        k = np.floor_divide(free[:, nz], req[nz]).min(axis=1)
+    k = np.floor_divide(free[:, nz], req[nz]).min(axis=1)  # divisors are positive: no division by zero
     return np.maximum(k, 0)
 
 

@@ -66,6 +66,10 @@ class Bin:
         """How many more pods (each requesting req, needing reqs and host ports) fit, at most want."""
         raise NotImplementedError
 
+    def slack(self) -> np.ndarray:
+        """Per resource, the room left on the node as it would launch now (its cheapest fitting type)."""
+        return self.maxfree
+
     def possible(self, key: str) -> list[str]:
         """The values of key the node may still get (one when decided; none when it cannot have the key)."""
         raise NotImplementedError
@@ -86,6 +90,8 @@ class NodeClaim(Bin):
         super().__init__(name, requirements, taints, used)
         self.index = index
         self.mask = mask
+        self._room: tuple[Requirements, frozenset[tuple[str, str, int]], Requirements, np.ndarray,
+                          np.ndarray] | None = None
         self.maxfree = self.free_upper_bound()
 
     def free_upper_bound(self) -> np.ndarray:
@@ -109,12 +115,18 @@ class NodeClaim(Bin):
         mask = ix.offered(self.mask & ix.mask(reqs), zm, cm)
         if ports:
             mask = mask & ix.ports_ok(ports)  # types whose DaemonSets hold none of the pod's host ports
-        if not mask.any():
+        rows = np.flatnonzero(mask)
+        if not rows.size:
             return 0
-        k = fit_count(ix.free0[mask] - self.used[None, :], req)
-        if not k.size:
-            return 0
+        k = fit_count(ix.free0[rows] - self.used[None, :], req)
+        self._room = (reqs, ports, merged, rows, k)  # add() of the same pods narrows the mask from these
         return min(want, ix.min_values_cap(mask, k, merged))
+
+    def slack(self) -> np.ndarray:
+        rows = np.flatnonzero(self.mask)
+        if not rows.size:
+            return np.full_like(self.used, -1)
+        return self.index.free0[rows[0]] - self.used  # types are ordered cheapest first
 
     def possible(self, key: str) -> list[str]:
         r = self.requirements.get(key)
@@ -137,6 +149,18 @@ class NodeClaim(Bin):
     def add(self, reqs: Requirements, req: np.ndarray, pods: list[Pod],
             ports: frozenset[tuple[str, str, int]] = frozenset()) -> None:
         ix = self.index
+        last = self._room
+        self._room = None
+        if last is not None and last[0] is reqs and last[1] == ports:
+            # room() was just asked for these requirements: the types left are those that held n more pods
+            _, _, merged, rows, k = last
+            self.used = self.used + req * len(pods)
+            self.requirements = merged
+            self.mask = np.zeros_like(self.mask)
+            self.mask[rows[k >= len(pods)]] = True
+            self.maxfree = self.free_upper_bound()
+            self.pods.extend(pods)
+            return
         self.used = self.used + req * len(pods)
         self.requirements = self.requirements.intersect(reqs)
         zm, cm = ix.offer_masks(self.requirements)

@@ -77,6 +77,7 @@ class Scheduler:
         self.new_bins: list[NodeClaim] = []
         self.topology = Topology([], [])
         self._maxfree = np.zeros((0, 0), dtype=np.int64)  # per bin position: its maxfree, for one vector test
+        self._slack = np.zeros((0, 0), dtype=np.int64)  # per bin position: room left on the type it would launch as
         self._cursor: dict[object, int] = {}  # per class and requirements: the first bin that may still fit
         self._class_pools: dict[object, set[int]] = {}  # per class: the pools it could use (for the lower bound)
         self._names = 0
@@ -103,6 +104,7 @@ class Scheduler:
         self.bins = []
         self.new_bins = []
         self._maxfree = np.zeros((64, len(resources)), dtype=np.int64)
+        self._slack = np.zeros((64, len(resources)), dtype=np.int64)
         self._cursor = {}
         self._class_pools = {}
         self._names = 0
@@ -161,7 +163,9 @@ class Scheduler:
         self.bins.append(b)
         if b.position >= len(self._maxfree):
             self._maxfree = np.vstack([self._maxfree, np.zeros_like(self._maxfree)])
+            self._slack = np.vstack([self._slack, np.zeros_like(self._slack)])
         self._maxfree[b.position] = b.maxfree
+        self._slack[b.position] = b.slack()
 
     def _rounds(self, pods: list[Pod]) -> int:
         """How many interleaved rounds to place classes in: about the number of largest nodes the pods need.
@@ -257,6 +261,19 @@ class Scheduler:
         nb = len(self.bins)
         fits = np.asarray((self._maxfree[start:nb] >= req[None, :]).all(axis=1))
         room = self.topology.hostname_room(view, fits, start)
+        # first the bins whose launch type still has room for the pod (filling them costs nothing), then first fit
+        in_slack = room & np.asarray((self._slack[start:nb] >= req[None, :]).all(axis=1))
+        slack_bins = np.flatnonzero(in_slack) + start
+        slack_fit = fit_count(self._slack[slack_bins], req).tolist() if slack_bins.size else []
+        for i, free in zip(slack_bins.tolist(), slack_fit, strict=True):
+            b = self.bins[i]
+            n = self._fits(b, view, reqs, req, min(want - done, cap, free))
+            if n:
+                self._commit(b, view, reqs, req, pods[done:done + n])
+                done += n
+                if one_bin or done >= want:
+                    return done
+        room &= ~in_slack
         candidates = np.flatnonzero(room) + start
         if candidates.size == 0:
             start = nb
@@ -311,6 +328,7 @@ class Scheduler:
     def _commit(self, b: Bin, view: View, reqs: Requirements, req: np.ndarray, pods: list[Pod]) -> None:
         b.add(reqs, req, pods, view.host_ports)
         self._maxfree[b.position] = b.maxfree
+        self._slack[b.position] = b.slack()
         b.host_ports |= view.host_ports
         b.anti_terms.extend(t for t in view.anti_affinity if t.topology_key == L.HOSTNAME)
         self.topology.count(b, pods[0], len(pods))
