@@ -92,6 +92,9 @@ class NodeClaim(Bin):
         self.mask = mask
         self._room: tuple[Requirements, frozenset[tuple[str, str, int]], Requirements, np.ndarray,
                           np.ndarray] | None = None
+        self._slack: np.ndarray | None = None  # room on the cheapest type that fits, while the pods do not change
+        self._rows: np.ndarray | None = None  # the types of mask, as indexes (after an add that knew them)
+        self._labels: dict[str, str] | None = None  # labels(), while the requirements do not change
         self.maxfree = self.free_upper_bound()
 
     def free_upper_bound(self) -> np.ndarray:
@@ -100,9 +103,10 @@ class NodeClaim(Bin):
         return self.index.free0[self.mask].max(axis=0) - self.used
 
     def labels(self) -> dict[str, str]:
-        out = self.requirements.labels()
-        out[L.HOSTNAME] = self.name
-        return out
+        if self._labels is None:
+            self._labels = self.requirements.labels()
+            self._labels[L.HOSTNAME] = self.name
+        return self._labels
 
     def incompatibility(self, reqs: Requirements) -> str | None:
         return self.requirements.incompatibility(reqs)
@@ -110,12 +114,16 @@ class NodeClaim(Bin):
     def room(self, reqs: Requirements, req: np.ndarray, want: int,
              ports: frozenset[tuple[str, str, int]] = frozenset()) -> int:
         ix = self.index
-        merged = self.requirements.intersect(reqs)
-        zm, cm = ix.offer_masks(merged)
-        mask = ix.offered(self.mask & ix.mask(reqs), zm, cm)
-        if ports:
-            mask = mask & ix.ports_ok(ports)  # types whose DaemonSets hold none of the pod's host ports
-        rows = np.flatnonzero(mask)
+        if not len(reqs) and not ports and self._rows is not None:
+            # nothing narrows the NodeClaim: the types left are its own
+            merged, mask, rows = self.requirements, self.mask, self._rows
+        else:
+            merged = self.requirements.intersect(reqs)
+            zm, cm = ix.offer_masks(merged)
+            mask = ix.offered(self.mask & ix.mask(reqs), zm, cm)
+            if ports:
+                mask = mask & ix.ports_ok(ports)  # types whose DaemonSets hold none of the pod's host ports
+            rows = np.flatnonzero(mask)
         if not rows.size:
             return 0
         k = fit_count(ix.free0[rows] - self.used[None, :], req)
@@ -123,10 +131,10 @@ class NodeClaim(Bin):
         return min(want, ix.min_values_cap(mask, k, merged))
 
     def slack(self) -> np.ndarray:
-        rows = np.flatnonzero(self.mask)
-        if not rows.size:
-            return np.full_like(self.used, -1)
-        return self.index.free0[rows[0]] - self.used  # types are ordered cheapest first
+        if self._slack is None:
+            rows = np.flatnonzero(self.mask)
+            self._slack = self.index.free0[rows[0]] - self.used if rows.size else np.full_like(self.used, -1)
+        return self._slack
 
     def possible(self, key: str) -> list[str]:
         r = self.requirements.get(key)
@@ -155,12 +163,24 @@ class NodeClaim(Bin):
             # room() was just asked for these requirements: the types left are those that held n more pods
             _, _, merged, rows, k = last
             self.used = self.used + req * len(pods)
-            self.requirements = merged
+            if merged is not self.requirements:
+                self.requirements = merged
+                self._labels = None
+            keep = rows[k >= len(pods)]
+            self._rows = keep
             self.mask = np.zeros_like(self.mask)
-            self.mask[rows[k >= len(pods)]] = True
-            self.maxfree = self.free_upper_bound()
+            self.mask[keep] = True
+            if keep.size:
+                free = ix.free0[keep]
+                self.maxfree = free.max(axis=0) - self.used
+                self._slack = free[0] - self.used  # types are ordered cheapest first
+            else:
+                self.maxfree = self._slack = np.full_like(self.used, -1)
             self.pods.extend(pods)
             return
+        self._slack = None
+        self._rows = None
+        self._labels = None
         self.used = self.used + req * len(pods)
         self.requirements = self.requirements.intersect(reqs)
         zm, cm = ix.offer_masks(self.requirements)

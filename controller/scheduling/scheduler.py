@@ -80,6 +80,8 @@ class Scheduler:
         self._slack = np.zeros((0, 0), dtype=np.int64)  # per bin position: room left on the type it would launch as
         self._cursor: dict[object, int] = {}  # per class and requirements: the first bin that may still fit
         self._class_pools: dict[object, set[int]] = {}  # per class: the pools it could use (for the lower bound)
+        self._views: dict[tuple[object, int], View | None] = {}  # per class and relaxation level
+        self._req: dict[object, np.ndarray] = {}  # per class: its requests as a vector
         self._names = 0
 
     # ---- setup -------------------------------------------------------------------------------------------------
@@ -107,6 +109,8 @@ class Scheduler:
         self._slack = np.zeros((64, len(resources)), dtype=np.int64)
         self._cursor = {}
         self._class_pools = {}
+        self._views = {}
+        self._req = {}
         self._names = 0
         for node in self.existing_nodes:
             used = self._vec({})
@@ -199,7 +203,9 @@ class Scheduler:
         level = 0
         reason = ""
         while pending:
-            view = relaxed(proto, level, self.tolerate_prefer_no_schedule)
+            vk = (proto.class_key, level)
+            view = self._views[vk] if vk in self._views else self._views.setdefault(
+                vk, relaxed(proto, level, self.tolerate_prefer_no_schedule))
             if view is None:
                 break
             placed, reason = self._place_view(view, pending)
@@ -232,7 +238,9 @@ class Scheduler:
                     reasons: list[str]) -> int:
         """Place a prefix of pods (all identical) into one bin; returns how many were placed (0 = none possible).
         term is the node requirement tried (preferences included), strict the same from required affinity alone."""
-        req = self._vec(view.pod.requests)
+        req = self._req.get(view.pod.class_key)
+        if req is None:
+            req = self._req[view.pod.class_key] = self._vec(view.pod.requests)
         options, why = self.topology.options(view, term, strict, req)
         if not options:
             reasons.append(why)
@@ -262,8 +270,9 @@ class Scheduler:
         fits = np.asarray((self._maxfree[start:nb] >= req[None, :]).all(axis=1))
         room = self.topology.hostname_room(view, fits, start)
         # first the bins whose launch type still has room for the pod (filling them costs nothing), then first fit
-        in_slack = room & np.asarray((self._slack[start:nb] >= req[None, :]).all(axis=1))
-        slack_bins = np.flatnonzero(in_slack) + start
+        candidates = np.flatnonzero(room) + start
+        in_slack = np.asarray((self._slack[candidates] >= req[None, :]).all(axis=1))
+        slack_bins = candidates[in_slack]
         slack_fit = fit_count(self._slack[slack_bins], req).tolist() if slack_bins.size else []
         for i, free in zip(slack_bins.tolist(), slack_fit, strict=True):
             b = self.bins[i]
@@ -273,8 +282,7 @@ class Scheduler:
                 done += n
                 if one_bin or done >= want:
                     return done
-        room &= ~in_slack
-        candidates = np.flatnonzero(room) + start
+        candidates = candidates[~in_slack]
         if candidates.size == 0:
             start = nb
         for i in candidates.tolist():

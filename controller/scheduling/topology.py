@@ -110,6 +110,7 @@ class Topology:
         self.groups: dict[tuple[object, ...], TopologyGroup] = {}
         self.inverse: dict[tuple[object, ...], InverseGroup] = {}
         self._universe: dict[tuple[object, ...], frozenset[str]] = {}
+        self._matching: dict[object, list[TopologyGroup]] = {}  # per pod class: the groups that count its pods
 
     # ---- counting ----------------------------------------------------------------------------------------------
     def group(self, selector: LabelSelector, namespaces: frozenset[str], key: str,
@@ -119,6 +120,7 @@ class Topology:
         g = self.groups.get(gk)
         if g is None:
             g = self.groups[gk] = TopologyGroup(namespaces, selector, key, filt)
+            self._matching.clear()
         return g
 
     def spread_group(self, pod: Pod, c: SpreadConstraint) -> TopologyGroup:
@@ -138,8 +140,11 @@ class Topology:
         """Count n pods like `pod` placed on bin b in every group that matches them, and record the required
         anti-affinity terms they hold (inverse groups) in every domain b may be in."""
         labels = b.labels()
-        for g in self.groups.values():
-            if not g.matches(pod) or (g.filter is not None and not g.filter.matches(b)):
+        groups = self._matching.get(pod.class_key)
+        if groups is None:
+            groups = self._matching[pod.class_key] = [g for g in self.groups.values() if g.matches(pod)]
+        for g in groups:
+            if g.filter is not None and not g.filter.matches(b):
                 continue
             domain = labels.get(g.key)
             if domain is not None:
