@@ -3,13 +3,17 @@
 
 Shape of the algorithm (Karpenter's, made fast):
 - Pods are grouped into equivalence classes (same requests, labels and constraints) and a class is placed in bulk.
-- Classes go largest first. Each pod goes to the first existing node, then the first open NodeClaim, that can take it;
-  otherwise a new NodeClaim is opened from the highest-weight NodePool that is compatible, within limits.
+- Classes go largest first. Each pod goes to an existing node or open NodeClaim that can take it, first one whose
+  launch type still has room for it (filling that costs nothing), else the first that can grow to hold it; otherwise
+  a new NodeClaim is opened from the highest-weight NodePool that is compatible, within limits.
+- Pods left over are retried (from their full preferences) while a pass places some, as Karpenter's queue does: a pod
+  whose affinity target was placed after it gets its turn.
 - A NodeClaim keeps the set of instance types (a mask over its pool's InstanceTypeIndex) that can still hold its pods;
   at the end it launches the cheapest offering of the cheapest type that fits (spot first when the NodeClaim allows
   spot).
-- Preferences (preferred node affinity, preferred pod (anti-)affinity, ScheduleAnyway spreads) are first treated as
-  required and relaxed one at a time for pods that cannot be placed (controller.scheduling.preferences).
+- Preferences (preferred node affinity, preferred pod (anti-)affinity, ScheduleAnyway spreads, PreferNoSchedule
+  taints) are first treated as required and relaxed one at a time, in Karpenter's order, for pods that cannot be
+  placed (controller.scheduling.preferences).
 The pieces live by concern: instancetypes (the index), nodeclaim and existingnode (the bins), topology (spread and
 pod (anti-)affinity), preferences (relaxation); this module is the solve loop and placement.
 """

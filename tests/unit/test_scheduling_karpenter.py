@@ -442,3 +442,30 @@ def test_scheduler_state_is_per_solve():
     first, second = s.solve(pods), s.solve(pods)
     assert [c.hostname for c in first.node_claims] == [c.hostname for c in second.node_claims]
     assert first.unschedulable.keys() == second.unschedulable.keys()
+
+
+# ---- packing and the lower bound ----------------------------------------------------------------------------------
+def test_pods_fill_the_room_left_on_the_type_a_node_launches_as():
+    """Three self-anti-affine 1.5-cpu pods need three nodes of 2 vCPU (1.9 allocatable); small pods fill the 0.4
+    cpu each leaves instead of growing a node to a larger type or opening another."""
+    anti_pods = [pod(cpu="1500m", mem="1Gi", labels=S2, affinity=anti(HOST)) for _ in range(3)]
+    small = [pod(cpu="200m", mem="256Mi", name=f"small{i}") for i in range(6)]
+    plan = solve([pool()], [*anti_pods, *small])
+    assert not plan.unschedulable and len(plan.node_claims) == 3
+    assert {c.instance_type.name for c in plan.node_claims} == {"fake-it-1"}
+    assert sorted(len(c.pods) for c in plan.node_claims) == [3, 3, 3]
+
+
+def test_lower_bound_counts_the_nodes_hostname_constraints_force():
+    """n pods that must each have their own node (self-anti-affinity on hostname, a shared host port, hostname
+    spread with maxSkew 1) cost at least n of the cheapest type that holds one; pods sharing nothing do not."""
+    cheapest = 0.6  # fake-it-1: the smallest type that holds a 1-cpu pod (1.9 allocatable)
+    for extra in ({"affinity": anti(HOST)}, {"topologySpreadConstraints": spread(HOST, labels=S2)},
+                  {"containers": [{"name": "c", "ports": [{"containerPort": 80, "hostPort": 8080}],
+                                   "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}]}):
+        pods = [pod(cpu="1", mem="1Gi", labels=S2, **extra) for _ in range(4)]
+        plan = solve([pool()], pods)
+        assert len(plan.node_claims) == 4
+        assert 4 * cheapest - 1e-6 <= plan.lower_bound_per_hour <= plan.cost_per_hour + 1e-9, extra
+    free = [pod(cpu="1", mem="1Gi", labels=S2) for _ in range(4)]
+    assert solve([pool()], free).lower_bound_per_hour < 4 * cheapest
