@@ -86,12 +86,18 @@ class NodeClaim(Bin):
     """A NodeClaim being planned: its pool's index and the instance types that can still hold its pods."""
 
     def __init__(self, name: str, index: InstanceTypeIndex, requirements: Requirements, taints: list[Taint],
-                 used: np.ndarray, mask: np.ndarray) -> None:
+                 used: np.ndarray, mask: np.ndarray,
+                 fit: tuple[Requirements, frozenset[tuple[str, str, int]], np.ndarray, np.ndarray] | None = None
+                 ) -> None:
+        """fit: the pod requirements, host ports, types (indexes into mask's True entries) and per-type pod counts
+        the NodeClaim is opened for, so that its first add() needs no second fit test."""
         super().__init__(name, requirements, taints, used)
         self.index = index
         self.mask = mask
         self._room: tuple[Requirements, frozenset[tuple[str, str, int]], Requirements, np.ndarray,
                           np.ndarray] | None = None
+        if fit is not None:
+            self._room = (fit[0], fit[1], requirements, fit[2], fit[3])
         self._slack: np.ndarray | None = None  # room on the cheapest type that fits, while the pods do not change
         self._rows: np.ndarray | None = None  # the types of mask, as indexes (after an add that knew them)
         self._labels: dict[str, str] | None = None  # labels(), while the requirements do not change

@@ -404,7 +404,8 @@ class Scheduler:
             n = 1
         self._names += 1
         b = NodeClaim(f"{pool.name}-{self._names:05d}", ix, merged.intersect(Requirements([
-            Requirement(L.NODEPOOL, False, frozenset([pool.name]))])), pool.taints, self._vec({}), mask)
+            Requirement(L.NODEPOOL, False, frozenset([pool.name]))])), pool.taints, self._vec({}), mask,
+            fit=(reqs, view.host_ports, np.flatnonzero(mask), fit))
         self._add_bin(b)
         self.new_bins.append(b)
         self._commit(b, view, reqs, req, pods[:n])
