@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from controller.api import labels as L
-from controller.scheduling.instancetypes import CAPACITY_TYPES, InstanceTypeIndex, fit_count
+from controller.scheduling.instancetypes import CAPACITY_TYPES, OFFERING_KEYS, InstanceTypeIndex, fit_count
 from controller.scheduling.nodeclaim import Bin
 from controller.scheduling.pod import AffinityTerm, LabelSelector, Pod, SpreadConstraint, Toleration
 from controller.scheduling.preferences import View
@@ -260,11 +260,14 @@ class Topology:
             g = self.group(t.selector, t.namespaces, t.topology_key)
             taken = frozenset(d for d, n in g.possible.items() if n > 0)
             free = self.universe(t.topology_key, view.tolerations) - taken
-            if not free:
+            if free:
+                # only domains known to be empty: a NodeClaim keeps all of them open until it launches
+                reqs = reqs.intersect(Requirements([Requirement(t.topology_key, False, free)]))
+                touched.add(t.topology_key)
+            elif t.topology_key in OFFERING_KEYS:
                 return [], f"pod anti-affinity on {t.topology_key}: every domain may hold a matching pod"
-            # only domains known to be empty: a NodeClaim keeps all of them open until it launches
-            reqs = reqs.intersect(Requirements([Requirement(t.topology_key, False, free)]))
-            touched.add(t.topology_key)
+            else:  # no free domain: only a node without the label (in no domain) can take the pod
+                reqs = reqs.intersect(Requirements([Requirement(t.topology_key, False, frozenset())]))
             if t.selects(proto.namespace, proto.labels):
                 cap = 1
         for t in view.affinity:

@@ -469,3 +469,14 @@ def test_lower_bound_counts_the_nodes_hostname_constraints_force():
         assert 4 * cheapest - 1e-6 <= plan.lower_bound_per_hour <= plan.cost_per_hour + 1e-9, extra
     free = [pod(cpu="1", mem="1Gi", labels=S2) for _ in range(4)]
     assert solve([pool()], free).lower_bound_per_hour < 4 * cheapest
+
+
+def test_unknown_topology_keys():
+    """Karpenter: a spread over a key no node or NodePool has leaves the pod unschedulable (no domain), while the
+    other pods schedule; anti-affinity over such a key keeps nothing away (no node is in any of its domains)."""
+    lost = pod(name="lost", labels={"app": "web"}, topologySpreadConstraints=spread("unknown"))
+    plain = pod(name="plain")
+    plan = solve([pool()], [lost, plain])
+    assert "default/lost" in plan.unschedulable and "default/plain" not in plan.unschedulable
+    avoiders = [pod(name=f"a{i}", labels=S2, affinity=anti("unknown")) for i in range(3)]
+    assert not solve([pool()], avoiders).unschedulable
