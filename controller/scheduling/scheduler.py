@@ -36,6 +36,7 @@ from controller.scheduling.topology import Topology
 from controller.scheduling.types import ExistingNode, SchedNodePool, untolerated
 
 MAX_ROUNDS = 256
+CHUNK = 32  # bins listed at a time when looking for the first that fits
 MAX_RETRY_PASSES = 32  # Karpenter retries while it makes progress, bounded by its solve timeout; this bounds it too
 BASE_RESOURCES = (CPU, MEMORY, PODS)
 NODES = "nodes"  # a NodePool limit on the number of nodes, counted in its usage (status.resources) too
@@ -273,38 +274,42 @@ class Scheduler:
         nb = len(self.bins)
         fits = np.asarray((self._maxfree[start:nb] >= req[None, :]).all(axis=1))
         room = self.topology.hostname_room(view, fits, start)
-        # first the bins whose launch type still has room for the pod (filling them costs nothing), then first fit
-        candidates = np.flatnonzero(room) + start
-        in_slack = np.asarray((self._slack[candidates] >= req[None, :]).all(axis=1))
-        slack_bins = candidates[in_slack]
-        slack_fit = fit_count(self._slack[slack_bins], req).tolist() if slack_bins.size else []
-        for i, free in zip(slack_bins.tolist(), slack_fit, strict=True):
-            b = self.bins[i]
-            n = self._fits(b, view, reqs, req, min(want - done, cap, free))
-            if n:
+        # first the bins whose launch type still has room for the pod (filling them costs nothing), then first fit.
+        # Classes placed one bin per call (zonal constraints) skip this: slack takes a pod or two per bin, and the
+        # extra calls cost more time than the packing gains
+        in_slack = room & (False if one_bin else np.asarray((self._slack[start:nb] >= req[None, :]).all(axis=1)))
+        slack_bins = np.flatnonzero(in_slack)
+        if slack_bins.size:
+            slack_bins += start
+            for i, free in zip(slack_bins.tolist(), fit_count(self._slack[slack_bins], req).tolist(), strict=True):
+                b = self.bins[i]
+                n = self._fits(b, view, reqs, req, min(want - done, cap, free))
+                if n:
+                    self._commit(b, view, reqs, req, pods[done:done + n])
+                    done += n
+                    if one_bin or done >= want:
+                        return done
+        candidates = np.flatnonzero(room & ~in_slack)
+        settled = False
+        for chunk in range(0, candidates.size, CHUNK):  # usually the first bins take the pods: list a few at a time
+            for i in (candidates[chunk:chunk + CHUNK] + start).tolist():
+                b = self.bins[i]
+                n = self._fits(b, view, reqs, req, min(want - done, cap))
+                if not n:
+                    if done == 0:
+                        start = i + 1
+                    continue
+                if done == 0:
+                    start = i
                 self._commit(b, view, reqs, req, pods[done:done + n])
                 done += n
                 if one_bin or done >= want:
-                    return done
-        candidates = candidates[~in_slack]
-        if candidates.size == 0:
-            start = nb
-        for i in candidates.tolist():
-            b = self.bins[i]
-            n = self._fits(b, view, reqs, req, min(want - done, cap))
-            if not n:
-                if done == 0:
-                    start = i + 1
-                continue
-            if done == 0:
-                start = i
-            self._commit(b, view, reqs, req, pods[done:done + n])
-            done += n
-            if one_bin or done >= want:
+                    settled = True
+                    break
+            if settled:
                 break
-        else:
-            if done == 0:
-                start = nb
+        if not settled and done == 0:
+            start = nb
         self._cursor[cursor_key] = start
         if done:
             return done
