@@ -121,6 +121,7 @@ class Scheduler:
             used = self._vec({})
             for p in node.pods:
                 used += self._vec(p.requests)
+            used += self._daemon_room(node)
             self._add_bin(ExistingNodeBin(node, used, self._vec(node.allocatable)))
         self.topology = Topology(self.indexes, self.existing_nodes)
         self.topology.register(pods)
@@ -175,6 +176,26 @@ class Scheduler:
             self._slack = np.vstack([self._slack, np.zeros_like(self._slack)])
         self._maxfree[b.position] = b.maxfree
         self._slack[b.position] = b.slack()
+
+    def _daemon_room(self, node: ExistingNode) -> np.ndarray:
+        """What an existing node (or in-flight NodeClaim) keeps for DaemonSets that will run there but are not bound
+        yet, as Karpenter's ExistingNode does: the requests of the DaemonSets whose pod tolerates the node's taints and
+        whose node affinity its labels meet, less the DaemonSet pods already bound to it, never below zero."""
+        if not self.daemonsets:
+            return self._vec({})
+        labels = Requirements.from_labels(node.labels)
+        want = self._vec({})
+        for ds in self.daemonsets:
+            if untolerated(node.taints, ds.tolerations) is not None:
+                continue
+            if ds.node_terms and all(labels.incompatibility(t, frozenset()) is not None for t in ds.node_terms):
+                continue
+            want += self._vec(ds.requests)
+        bound = self._vec({})
+        for p in node.pods:
+            if p.owner.startswith("DaemonSet/"):
+                bound += self._vec(p.requests)
+        return np.maximum(want - bound, 0)
 
     def _rounds(self, pods: list[Pod]) -> int:
         """How many interleaved rounds to place classes in: about the number of largest nodes the pods need.

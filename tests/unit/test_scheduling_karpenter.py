@@ -480,3 +480,25 @@ def test_unknown_topology_keys():
     assert "default/lost" in plan.unschedulable and "default/plain" not in plan.unschedulable
     avoiders = [pod(name=f"a{i}", labels=S2, affinity=anti("unknown")) for i in range(3)]
     assert not solve([pool()], avoiders).unschedulable
+
+
+def test_existing_nodes_keep_room_for_daemonsets_not_running_there_yet():
+    """Karpenter's ExistingNode subtracts the requests of the DaemonSets that will run on the node, less the
+    DaemonSet pods already bound there: a node without its DaemonSet pod yet takes fewer pods."""
+    ds = pod(cpu="500m", mem="128Mi", name="agent-ds")
+    ds.owner = "DaemonSet/agent"
+    fresh = node("fresh", {ZONE: "test-zone-1"}, alloc={"cpu": 2000, "memory": 8 * 2**30, "pods": 110})
+    pods = [pod(cpu="1", mem="1Gi", name=f"w{i}") for i in range(2)]
+    plan = solve([pool()], pods, existing=[fresh], daemonsets=[ds])
+    assert len(plan.existing["fresh"]) == 1 and len(plan.node_claims) == 1
+    running = pod(cpu="500m", mem="128Mi", name="agent-abcde")
+    running.owner = "DaemonSet/agent"
+    settled = node("settled", {ZONE: "test-zone-1"}, pods=[running], alloc={"cpu": 2500, "memory": 8 * 2**30,
+                                                                             "pods": 110})
+    plan = solve([pool()], pods, existing=[settled], daemonsets=[ds])
+    assert len(plan.existing["settled"]) == 2 and not plan.node_claims
+    tainted = node("tainted", {ZONE: "test-zone-1"}, taints=[Taint("dedicated", "x", "NoSchedule")],
+                   alloc={"cpu": 2000, "memory": 8 * 2**30, "pods": 110})
+    tolerant = [pod(cpu="1", mem="1Gi", name=f"t{i}", tolerations=[{"operator": "Exists"}]) for i in range(2)]
+    plan = solve([pool()], tolerant, existing=[tainted], daemonsets=[ds])
+    assert len(plan.existing["tainted"]) == 2  # the DaemonSet does not tolerate the node's taint
