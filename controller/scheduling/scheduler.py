@@ -271,21 +271,19 @@ class Scheduler:
         if not options:
             reasons.append(why)
             return 0
-        for reqs, cap in options:
-            n = self._place_in(view, reqs, cap, req, pods, reasons)
+        for reqs, cap, total in options:
+            n = self._place_in(view, reqs, cap, req, pods[:total], reasons)
             if n:
                 return n
         return 0
 
     def _place_in(self, view: View, reqs: Requirements, cap: int, req: np.ndarray, pods: list[Pod],
                   reasons: list[str]) -> int:
-        """Place a prefix of pods into one bin (or several, when no count-dependent constraint applies) under
-        requirements reqs (a topology domain chosen), at most cap of them; returns how many were placed."""
+        """Place a prefix of pods into bins under requirements reqs (a topology domain chosen), at most cap of them
+        per bin; returns how many were placed. The caller bounds the pods to what the domain may take before its
+        counts must be looked at again. Bins only fill up, so one rejected for this class and requirements stays so.
+        """
         want = len(pods)
-        # Requirements that depend on current counts (zonal spread/affinity) allow one bin per call; otherwise the
-        # class fills bin after bin. Bins only fill up, so one rejected for this class and requirements stays so.
-        one_bin = any(c.topology_key != L.HOSTNAME for c in view.spread) or any(
-            t.topology_key != L.HOSTNAME for t in (*view.affinity, *view.anti_affinity))
         cursor_key = (view.pod.class_key, len(view.spread), len(view.affinity), len(view.anti_affinity),
                       reqs.describe())
         start = self._cursor.get(cursor_key, 0)
@@ -295,10 +293,8 @@ class Scheduler:
         nb = len(self.bins)
         fits = np.asarray((self._maxfree[start:nb] >= req[None, :]).all(axis=1))
         room = self.topology.hostname_room(view, fits, start)
-        # first the bins whose launch type still has room for the pod (filling them costs nothing), then first fit.
-        # Classes placed one bin per call (zonal constraints) skip this: slack takes a pod or two per bin, and the
-        # extra calls cost more time than the packing gains
-        in_slack = room & (False if one_bin else np.asarray((self._slack[start:nb] >= req[None, :]).all(axis=1)))
+        # first the bins whose launch type still has room for the pod (filling them costs nothing), then first fit
+        in_slack = room & np.asarray((self._slack[start:nb] >= req[None, :]).all(axis=1))
         slack_bins = np.flatnonzero(in_slack)
         if slack_bins.size:
             slack_bins += start
@@ -308,7 +304,7 @@ class Scheduler:
                 if n:
                     self._commit(b, view, reqs, req, pods[done:done + n])
                     done += n
-                    if one_bin or done >= want:
+                    if done >= want:
                         return done
         candidates = np.flatnonzero(room & ~in_slack)
         settled = False
@@ -324,7 +320,7 @@ class Scheduler:
                     start = i
                 self._commit(b, view, reqs, req, pods[done:done + n])
                 done += n
-                if one_bin or done >= want:
+                if done >= want:
                     settled = True
                     break
             if settled:

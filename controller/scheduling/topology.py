@@ -232,9 +232,10 @@ class Topology:
         return sorted(found)
 
     def options(self, view: View, term: Requirements, strict: Requirements, req: np.ndarray) -> tuple[
-            list[tuple[Requirements, int]], str]:
+            list[tuple[Requirements, int, int]], str]:
         """The ways the pod's topology constraints let it go right now: (requirements with a domain, most pods of
-        the class that may go there), best first; or no way and why.
+        the class per node, most pods of the class in all before the counts must be looked at again), best first;
+        or no way and why.
 
         Spread: the domains whose count stays within maxSkew of the minimum (computed over the domains the pod's
         required node affinity allows: preferred node affinity never narrows them, as in Karpenter), fewest pods
@@ -243,7 +244,8 @@ class Topology:
         domains where no matching pod may be, including pods on NodeClaims whose domain is not decided yet, and the
         domains of pods whose own required anti-affinity selects this pod."""
         reqs = term
-        cap = UNBOUNDED
+        cap = UNBOUNDED  # per node (hostname constraints)
+        total = UNBOUNDED  # in all (zonal constraints whose counts the placement changes)
         proto = view.pod
         choices: list[list[tuple[Requirement, int]]] = []
         touched: set[str] = set()  # keys given a set of domains here: an empty set means no domain, not "absent"
@@ -269,7 +271,7 @@ class Topology:
             else:  # no free domain: only a node without the label (in no domain) can take the pod
                 reqs = reqs.intersect(Requirements([Requirement(t.topology_key, False, frozenset())]))
             if t.selects(proto.namespace, proto.labels):
-                cap = 1
+                total = 1  # the next one must see where this one may be
         for t in view.affinity:
             if t.topology_key == L.HOSTNAME:
                 continue  # per bin, and when opening a NodeClaim
@@ -320,14 +322,14 @@ class Topology:
         out = []
         for combo in itertools.islice(itertools.product(*choices), MAX_OPTIONS):
             r = reqs
-            k = cap
+            k = total
             keys = set(touched)
             for requirement, n in combo:
                 r = r.intersect(Requirements([requirement]))
                 k = min(k, n)
                 keys.add(requirement.key)
             if all(_some_domain(r.get(key)) for key in keys):
-                out.append((r, k))
+                out.append((r, cap, k))
         if not out:
             return [], "the pod's topology constraints leave no domain"
         return out, ""
