@@ -262,7 +262,7 @@ class Scheduler:
 
     def _place_some(self, view: View, term: Requirements, strict: Requirements, pods: list[Pod],
                     reasons: list[str]) -> int:
-        """Place a prefix of pods (all identical) into one bin; returns how many were placed (0 = none possible).
+        """Place a prefix of pods (all identical); returns how many were placed (0 = none possible).
         term is the node requirement tried (preferences included), strict the same from required affinity alone."""
         req = self._req.get(view.pod.class_key)
         if req is None:

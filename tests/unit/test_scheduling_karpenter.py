@@ -502,3 +502,18 @@ def test_existing_nodes_keep_room_for_daemonsets_not_running_there_yet():
     tolerant = [pod(cpu="1", mem="1Gi", name=f"t{i}", tolerations=[{"operator": "Exists"}]) for i in range(2)]
     plan = solve([pool()], tolerant, existing=[tainted], daemonsets=[ds])
     assert len(plan.existing["tainted"]) == 2  # the DaemonSet does not tolerate the node's taint
+
+
+def test_zonal_spread_over_many_nodes_keeps_the_skew():
+    """Pods that need a node each (3 cpu on types of at most 4 vCPU) spread over zones: several NodeClaims per zone,
+    and the counts stay within maxSkew at every step (Karpenter: skew 4, 4, 4 for 12 pods)."""
+    pods = [pod(cpu="3", labels={"app": "web"}, topologySpreadConstraints=spread(ZONE)) for _ in range(12)]
+    plan = solve([pool(types=4)], pods)
+    assert len(plan.node_claims) == 12
+    zones = placed_zones(plan, pods)
+    assert [zones.count(z) for z in ("test-zone-1", "test-zone-2", "test-zone-3")] == [4, 4, 4]
+    more = [pod(cpu="100m", labels={"app": "web"}, topologySpreadConstraints=spread(ZONE, skew=2)) for _ in range(7)]
+    plan = solve([pool()], more)
+    zones = placed_zones(plan, more)
+    assert max(zones.count(z) for z in set(zones)) - min(zones.count(z) for z in set(zones)) <= 2
+    assert len(set(zones)) == 3
