@@ -343,9 +343,8 @@ class Scheduler:
         return 0
 
     def _fits(self, b: Bin, view: View, reqs: Requirements, req: np.ndarray, want: int) -> int:
-        """How many of the class's pods bin b can take now (0 when none)."""
-        if (b.maxfree < req).any():
-            return 0
+        """How many of the class's pods bin b can take now (0 when none). Callers pass only bins whose free-capacity
+        upper bound holds one pod (the vector test in _place_in)."""
         if untolerated(b.taints, view.tolerations) is not None:
             return 0
         if b.incompatibility(reqs) is not None:
