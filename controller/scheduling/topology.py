@@ -53,14 +53,6 @@ class NodeFilter:
             return False
         return self.tolerations is None or untolerated(b.taints, self.tolerations) is None
 
-    def matches_node(self, node: ExistingNode) -> bool:
-        """The same test on an existing node's labels and taints."""
-        if self.terms:
-            reqs = Requirements.from_labels(node.labels)
-            if all(reqs.incompatibility(t, frozenset()) is not None for t in self.terms):
-                return False
-        return self.tolerations is None or untolerated(node.taints, self.tolerations) is None
-
 
 def node_filter(pod: Pod, c: SpreadConstraint) -> NodeFilter | None:
     """The node filter of pod's spread constraint c (None when it accepts every node)."""
