@@ -36,8 +36,13 @@ class ExistingNodeBin(Bin):
     def incompatibility(self, reqs: Requirements) -> str | None:
         return self.requirements.incompatibility(reqs, NO_UNDEFINED)
 
-    def room(self, reqs: Requirements, req: np.ndarray, want: int) -> int:
+    def room(self, reqs: Requirements, req: np.ndarray, want: int,
+             ports: frozenset[tuple[str, str, int]] = frozenset()) -> int:
         return min(want, int(fit_count(self.alloc - self.used, req)[0]))
+
+    def possible(self, key: str) -> list[str]:
+        value = self.node.labels.get(key)
+        return [] if value is None else [value]
 
     def new_pods(self) -> list[Pod]:
         """Pods the plan puts here (after those already bound)."""

@@ -4,13 +4,17 @@ filters its instance-type list per NodeClaim; this is the same filter, vectorise
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from controller.api import labels as L
 from controller.catalog.types import InstanceType
-from controller.scheduling.pod import Toleration
+from controller.scheduling.pod import Pod, Toleration
 from controller.scheduling.requirements import Requirement, Requirements
 from controller.scheduling.types import SchedNodePool, untolerated
+
+PREFER_NO_SCHEDULE = Toleration(operator="Exists", effect="PreferNoSchedule")
 
 CAPACITY_TYPES = (L.CAPACITY_TYPE_SPOT, L.CAPACITY_TYPE_ON_DEMAND, L.CAPACITY_TYPE_RESERVED)
 # requirement keys decided by the offering or the NodeClaim, not by an instance type's labels
@@ -22,11 +26,9 @@ class InstanceTypeIndex:
     """A NodePool's instance types as arrays, cheapest first: allocatable and free room (less DaemonSet overhead) per
     resource, offering prices per (zone, capacity type), and label masks cached per requirement."""
 
-    def __init__(self, pool: SchedNodePool, resources: list[str], daemon_overhead: dict[str, int],
-                 daemon_host_ports: frozenset[tuple[str, str, int]] = frozenset()) -> None:
+    def __init__(self, pool: SchedNodePool, resources: list[str], daemonsets: Sequence[Pod] = ()) -> None:
         self.pool = pool
         self.resources = resources
-        self.daemon_host_ports = daemon_host_ports  # held on every node of the pool by its DaemonSets
         self.has_min_values = any(r.min_values for r in pool.requirements)
         zone_req = pool.requirements.get(L.ZONE)
         ct_req = pool.requirements.get(L.CAPACITY_TYPE)
@@ -52,20 +54,72 @@ class InstanceTypeIndex:
         self.types = [types[i] for i in order]
         self.price = self.price[order]
         self.min_price = self.min_price[order]
-        overhead = np.array([daemon_overhead.get(r, 0) for r in resources], dtype=np.int64)
-        self.daemon = overhead
+        self._daemon_groups(list(daemonsets))
         self.alloc = np.array([[it.allocatable.get(r, 0) for r in resources] for it in self.types],
                               dtype=np.int64).reshape(n, len(resources))
         self.capacity = np.array([[it.capacity.get(r, 0) for r in resources] for it in self.types],
                                  dtype=np.int64).reshape(n, len(resources))
-        self.free0 = self.alloc - overhead  # what pods may use on an empty node of each type
+        self.free0 = self.alloc - self.daemon  # what pods may use on an empty node of each type
         self.types_array = np.empty(n, dtype=object)  # the types again, for taking a mask's types in one step
         self.types_array[:] = self.types
         self._columns: dict[str, np.ndarray] = {}
         self._mask_cache: dict[Requirement, np.ndarray] = {}
+        self._combined: dict[tuple[Requirement, ...], np.ndarray] = {}
         self._offer_masks: dict[tuple[Requirement | None, Requirement | None], tuple[np.ndarray, np.ndarray]] = {}
         self._offered: dict[bytes, np.ndarray] = {}
+        self._ports_ok: dict[frozenset[tuple[str, str, int]], np.ndarray] = {}
         self.all_mask = np.ones(n, dtype=bool) & (self.free0 >= 0).all(axis=1)
+
+    def _daemon_groups(self, daemonsets: list[Pod]) -> None:
+        """Karpenter's DaemonSet overhead groups: per instance type, the DaemonSets whose own pod spec can land on it
+        (the pool's taints tolerated, PreferNoSchedule always; a required node-affinity term compatible with the pool
+        and intersecting the type's labels and offerings; startup taints never keep a DaemonSet off), their summed
+        requests (`daemon`, one row per type) and the host ports they hold (`port_sets[port_group[t]]`)."""
+        n = len(self.types)
+        self.daemon = np.zeros((n, len(self.resources)), dtype=np.int64)
+        self.port_group = np.zeros(n, dtype=np.int64)
+        self.port_sets: list[frozenset[tuple[str, str, int]]] = [frozenset()]
+        if not daemonsets or not n:
+            return
+        terms_of: list[list[Requirements]] = []
+        for ds in daemonsets:
+            tolerations = ds.tolerations if tolerates_prefer_no_schedule(ds.tolerations) else (
+                *ds.tolerations, PREFER_NO_SCHEDULE)
+            if untolerated(self.pool.taints, tolerations) is not None:
+                terms_of.append([])
+                continue
+            terms = list(ds.node_terms) or [Requirements()]
+            terms_of.append([t for t in terms if self.pool.requirements.incompatibility(t) is None])
+        groups: dict[tuple[int, ...], int] = {}
+        rindex = {r: i for i, r in enumerate(self.resources)}
+        for t, it in enumerate(self.types):
+            members = tuple(i for i, terms in enumerate(terms_of) if any(_type_intersects(it, term) for term in terms))
+            if not members:
+                continue
+            for i in members:
+                for k, v in daemonsets[i].requests.items():
+                    if k in rindex:
+                        self.daemon[t, rindex[k]] += v
+            g = groups.get(members)
+            if g is None:
+                g = groups[members] = len(self.port_sets)
+                self.port_sets.append(frozenset().union(*(daemonsets[i].host_ports for i in members)))
+            self.port_group[t] = g
+
+    def column(self, key: str) -> np.ndarray:
+        """The label key of every type (None where a type has no such label), cheapest first."""
+        col = self._columns.get(key)
+        if col is None:
+            col = self._columns[key] = np.array([it.labels.get(key) for it in self.types], dtype=object)
+        return col
+
+    def ports_ok(self, ports: frozenset[tuple[str, str, int]]) -> np.ndarray:
+        """Types on which no DaemonSet holds any of these host ports."""
+        hit = self._ports_ok.get(ports)
+        if hit is None:
+            free = np.array([not (ps & ports) for ps in self.port_sets], dtype=bool)
+            hit = self._ports_ok[ports] = free[self.port_group]
+        return hit
 
     @staticmethod
     def _labels_ok(it: InstanceType, reqs: Requirements) -> bool:
@@ -81,10 +135,12 @@ class InstanceTypeIndex:
 
     def mask(self, reqs: Requirements) -> np.ndarray:
         """Types whose labels satisfy reqs (zone/capacity type are checked on offerings instead)."""
+        labelled = tuple(r for r in reqs if r.key not in OFFERING_KEYS)
+        hit = self._combined.get(labelled)
+        if hit is not None:
+            return hit
         m = self.all_mask.copy()
-        for r in reqs:
-            if r.key in OFFERING_KEYS:
-                continue
+        for r in labelled:
             cached = self._mask_cache.get(r)
             if cached is None:
                 col = self._columns.get(r.key)
@@ -98,6 +154,8 @@ class InstanceTypeIndex:
                     cached = np.fromiter((uniq[v] for v in col), dtype=bool, count=len(col))
                 self._mask_cache[r] = cached
             m &= cached
+        m.flags.writeable = False  # shared: callers combine it with & and never write it
+        self._combined[labelled] = m
         return m
 
     def min_values_cap(self, mask: np.ndarray, fit: np.ndarray, reqs: Requirements) -> int:
@@ -159,6 +217,25 @@ def fit_count(free: np.ndarray, req: np.ndarray) -> np.ndarray:
     nz = req > 0
     if not nz.any():
         return np.full(free.shape[0], 1 << 30)
-    with np.errstate(divide="ignore"):
-        k = np.floor_divide(free[:, nz], req[nz]).min(axis=1)
+    k = np.floor_divide(free[:, nz], req[nz]).min(axis=1)  # divisors are positive: no division by zero
     return np.maximum(k, 0)
+
+
+def tolerates_prefer_no_schedule(tolerations: tuple[Toleration, ...]) -> bool:
+    """Whether the tolerations already cover every PreferNoSchedule taint."""
+    return any(t.operator == "Exists" and not t.key and t.effect in ("", "PreferNoSchedule") for t in tolerations)
+
+
+def _type_intersects(it: InstanceType, term: Requirements) -> bool:
+    """Karpenter's Intersects between a pod's node requirements and an instance type's: keys the type does not define
+    (custom labels) are ignored; zone and capacity type are the type's offerings."""
+    for r in term:
+        if r.key == L.ZONE:
+            if not any(r.has(o.zone) for o in it.offerings):
+                return False
+        elif r.key == L.CAPACITY_TYPE:
+            if not any(r.has(o.capacity_type) for o in it.offerings):
+                return False
+        elif r.key in it.labels and not r.has(it.labels[r.key]):
+            return False
+    return True

@@ -61,12 +61,22 @@ class Bin:
         """Why the bin's node cannot meet a pod's requirements (None when it can)."""
         raise NotImplementedError
 
-    def room(self, reqs: Requirements, req: np.ndarray, want: int) -> int:
-        """How many more pods (each requesting req, needing reqs) fit, at most want."""
+    def room(self, reqs: Requirements, req: np.ndarray, want: int,
+             ports: frozenset[tuple[str, str, int]] = frozenset()) -> int:
+        """How many more pods (each requesting req, needing reqs and host ports) fit, at most want."""
         raise NotImplementedError
 
-    def add(self, reqs: Requirements, req: np.ndarray, pods: list[Pod]) -> None:
-        """Take pods (identical, each requesting req and needing reqs)."""
+    def slack(self) -> np.ndarray:
+        """Per resource, the room left on the node as it would launch now (its cheapest fitting type)."""
+        return self.maxfree
+
+    def possible(self, key: str) -> list[str]:
+        """The values of key the node may still get (one when decided; none when it cannot have the key)."""
+        raise NotImplementedError
+
+    def add(self, reqs: Requirements, req: np.ndarray, pods: list[Pod],
+            ports: frozenset[tuple[str, str, int]] = frozenset()) -> None:
+        """Take pods (identical, each requesting req and needing reqs and host ports)."""
         self.used = self.used + req * len(pods)
         self.maxfree = self.free_upper_bound()
         self.pods.extend(pods)
@@ -76,11 +86,21 @@ class NodeClaim(Bin):
     """A NodeClaim being planned: its pool's index and the instance types that can still hold its pods."""
 
     def __init__(self, name: str, index: InstanceTypeIndex, requirements: Requirements, taints: list[Taint],
-                 used: np.ndarray, mask: np.ndarray) -> None:
+                 used: np.ndarray, mask: np.ndarray,
+                 fit: tuple[Requirements, frozenset[tuple[str, str, int]], np.ndarray, np.ndarray] | None = None
+                 ) -> None:
+        """fit: the pod requirements, host ports, types (indexes into mask's True entries) and per-type pod counts
+        the NodeClaim is opened for, so that its first add() needs no second fit test."""
         super().__init__(name, requirements, taints, used)
         self.index = index
         self.mask = mask
-        self.host_ports |= index.daemon_host_ports
+        self._room: tuple[Requirements, frozenset[tuple[str, str, int]], Requirements, np.ndarray,
+                          np.ndarray] | None = None
+        if fit is not None:
+            self._room = (fit[0], fit[1], requirements, fit[2], fit[3])
+        self._slack: np.ndarray | None = None  # room on the cheapest type that fits, while the pods do not change
+        self._rows: np.ndarray | None = None  # the types of mask, as indexes (after an add that knew them)
+        self._labels: dict[str, str] | None = None  # labels(), while the requirements do not change
         self.maxfree = self.free_upper_bound()
 
     def free_upper_bound(self) -> np.ndarray:
@@ -89,31 +109,90 @@ class NodeClaim(Bin):
         return self.index.free0[self.mask].max(axis=0) - self.used
 
     def labels(self) -> dict[str, str]:
-        out = self.requirements.labels()
-        out[L.HOSTNAME] = self.name
-        return out
+        if self._labels is None:
+            self._labels = self.requirements.labels()
+            self._labels[L.HOSTNAME] = self.name
+        return self._labels
 
     def incompatibility(self, reqs: Requirements) -> str | None:
         return self.requirements.incompatibility(reqs)
 
-    def room(self, reqs: Requirements, req: np.ndarray, want: int) -> int:
+    def room(self, reqs: Requirements, req: np.ndarray, want: int,
+             ports: frozenset[tuple[str, str, int]] = frozenset()) -> int:
         ix = self.index
-        merged = self.requirements.intersect(reqs)
-        zm, cm = ix.offer_masks(merged)
-        mask = ix.offered(self.mask & ix.mask(reqs), zm, cm)
-        if not mask.any():
+        if not len(reqs) and not ports and self._rows is not None:
+            # nothing narrows the NodeClaim: the types left are its own
+            merged, mask, rows = self.requirements, self.mask, self._rows
+        else:
+            merged = self.requirements.intersect(reqs)
+            zm, cm = ix.offer_masks(merged)
+            mask = ix.offered(self.mask & ix.mask(reqs), zm, cm)
+            if ports:
+                mask = mask & ix.ports_ok(ports)  # types whose DaemonSets hold none of the pod's host ports
+            rows = np.flatnonzero(mask)
+        if not rows.size:
             return 0
-        k = fit_count(ix.free0[mask] - self.used[None, :], req)
-        if not k.size:
-            return 0
+        k = fit_count(ix.free0[rows] - self.used[None, :], req)
+        self._room = (reqs, ports, merged, rows, k)  # add() of the same pods narrows the mask from these
         return min(want, ix.min_values_cap(mask, k, merged))
 
-    def add(self, reqs: Requirements, req: np.ndarray, pods: list[Pod]) -> None:
+    def slack(self) -> np.ndarray:
+        if self._slack is None:
+            rows = np.flatnonzero(self.mask)
+            self._slack = self.index.free0[rows[0]] - self.used if rows.size else np.full_like(self.used, -1)
+        return self._slack
+
+    def possible(self, key: str) -> list[str]:
+        r = self.requirements.get(key)
+        if r is not None and not r.complement:
+            return sorted(r.values)
         ix = self.index
+        if key in (L.ZONE, L.CAPACITY_TYPE):
+            zm, cm = ix.offer_masks(self.requirements)
+            sub = ix.price[self.mask][:, zm, :][:, :, cm]
+            if key == L.ZONE:
+                names = [z for i, z in enumerate(ix.zones) if zm[i]]
+                live = np.isfinite(sub).any(axis=(0, 2))
+            else:
+                names = [c for i, c in enumerate(CAPACITY_TYPES) if cm[i]]
+                live = np.isfinite(sub).any(axis=(0, 1))
+            return [n for n, ok in zip(names, live.tolist(), strict=True) if ok]
+        values = {v for v in ix.column(key)[self.mask].tolist() if v is not None}
+        return sorted(v for v in values if r is None or r.has(v))
+
+    def add(self, reqs: Requirements, req: np.ndarray, pods: list[Pod],
+            ports: frozenset[tuple[str, str, int]] = frozenset()) -> None:
+        ix = self.index
+        last = self._room
+        self._room = None
+        if last is not None and last[0] is reqs and last[1] == ports:
+            # room() was just asked for these requirements: the types left are those that held n more pods
+            _, _, merged, rows, k = last
+            self.used = self.used + req * len(pods)
+            if merged is not self.requirements:
+                self.requirements = merged
+                self._labels = None
+            keep = rows[k >= len(pods)]
+            self._rows = keep
+            self.mask = np.zeros_like(self.mask)
+            self.mask[keep] = True
+            if keep.size:
+                free = ix.free0[keep]
+                self.maxfree = free.max(axis=0) - self.used
+                self._slack = free[0] - self.used  # types are ordered cheapest first
+            else:
+                self.maxfree = self._slack = np.full_like(self.used, -1)
+            self.pods.extend(pods)
+            return
+        self._slack = None
+        self._rows = None
+        self._labels = None
         self.used = self.used + req * len(pods)
         self.requirements = self.requirements.intersect(reqs)
         zm, cm = ix.offer_masks(self.requirements)
         self.mask = ix.offered(self.mask & ix.mask(reqs), zm, cm) & (ix.free0 >= self.used[None, :]).all(axis=1)
+        if ports:
+            self.mask &= ix.ports_ok(ports)
         self.maxfree = self.free_upper_bound()
         self.pods.extend(pods)
 

@@ -60,6 +60,8 @@ class SpreadConstraint:
     hard: bool  # whenUnsatisfiable: DoNotSchedule
     selector: LabelSelector
     min_domains: int | None = None
+    node_affinity_policy: str = "Honor"  # count only nodes meeting the pod's required node affinity (the default)
+    node_taints_policy: str = "Ignore"  # count nodes whatever their taints (Kubernetes' default)
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,8 +241,21 @@ def pod_from_dict(d: dict[str, Any]) -> Pod:
         selector = _selector(c.get("labelSelector"), f"{path}.labelSelector")
         if selector.nothing:
             continue  # counts no pod, so the skew is always 0: Kubernetes never rejects a node for it
+        policies = []
+        for name in ("nodeAffinityPolicy", "nodeTaintsPolicy"):
+            value = c.get(name) or ("Honor" if name == "nodeAffinityPolicy" else "Ignore")
+            if value not in ("Honor", "Ignore"):
+                raise PodError(f"{path}.{name}: {str(value)[:64]!r} is not Honor or Ignore")
+            policies.append(str(value))
+        keys = c.get("matchLabelKeys") or []
+        if not isinstance(keys, list):
+            raise PodError(f"{path}.matchLabelKeys: must be a list of label keys")
+        # matchLabelKeys: the pod's own values of those labels narrow the selector (keys it lacks are ignored)
+        extra = tuple((str(k), "In", frozenset([labels[str(k)]])) for k in keys if str(k) in labels)
+        if extra:
+            selector = LabelSelector(selector.expressions + extra)
         spread.append(SpreadConstraint(skew, str(c["topologyKey"]), when == "DoNotSchedule", selector,
-                                       c.get("minDomains")))
+                                       c.get("minDomains"), policies[0], policies[1]))
     pod_aff = affinity.get("podAffinity") or {}
     pod_anti = affinity.get("podAntiAffinity") or {}
     rq = "requiredDuringSchedulingIgnoredDuringExecution"

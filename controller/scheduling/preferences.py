@@ -4,12 +4,13 @@ be placed, as Karpenter's scheduler does (pkg/controllers/provisioning/schedulin
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeVar
 
+from controller.scheduling.instancetypes import PREFER_NO_SCHEDULE, tolerates_prefer_no_schedule
 from controller.scheduling.pod import AffinityTerm, Pod, SpreadConstraint, Toleration
 from controller.scheduling.requirements import Requirements
 
-# tolerating every PreferNoSchedule taint is the last relaxation
-PREFER_NO_SCHEDULE = Toleration(operator="Exists", effect="PreferNoSchedule")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -17,8 +18,8 @@ class View:
     """A pod's constraints at one relaxation level."""
 
     pod: Pod
-    node_terms: tuple[Requirements, ...]  # OR-terms, with the preferred node affinity still held folded in
-    strict_terms: tuple[Requirements, ...]  # the same terms from required node affinity alone (topology domains)
+    node_terms: tuple[Requirements, ...]  # the required term tried, with the heaviest preferred node term held
+    strict_terms: tuple[Requirements, ...]  # the same term from required node affinity alone (topology domains)
     tolerations: tuple[Toleration, ...]
     spread: tuple[SpreadConstraint, ...]
     affinity: tuple[AffinityTerm, ...]
@@ -26,38 +27,57 @@ class View:
     host_ports: frozenset[tuple[str, str, int]]
 
 
-def relaxed(pod: Pod, level: int) -> View | None:
-    """Level 0: every preference as required. Each further level drops one preference, in this order: preferred pod
-    anti-affinity, preferred pod affinity, preferred node affinity (lowest weight first), ScheduleAnyway spreads, then
-    PreferNoSchedule taints become tolerated. None when nothing is left to relax."""
-    anti = sorted(pod.preferred_anti_affinity, key=lambda wt: -wt[0])
-    aff = sorted(pod.preferred_affinity, key=lambda wt: -wt[0])
-    node = sorted(pod.preferred_node, key=lambda wt: -wt[0])
-    soft = [c for c in pod.spread if not c.hard]
-    steps = len(anti) + len(aff) + len(node) + len(soft) + 1
+def _by_weight(items: tuple[tuple[int, T], ...]) -> list[tuple[int, T]]:
+    """Heaviest first, ties in the pod's order (Karpenter's stable sort)."""
+    return sorted(items, key=lambda wt: -wt[0])
+
+
+def _schedule_anyway_steps(spread: tuple[SpreadConstraint, ...]) -> list[tuple[SpreadConstraint, ...]]:
+    """The pod's spread constraints after 0, 1, 2 ... ScheduleAnyway removals: Karpenter removes the first
+    ScheduleAnyway constraint by moving the last constraint into its place."""
+    steps = [spread]
+    cur = list(spread)
+    while True:
+        i = next((i for i, c in enumerate(cur) if not c.hard), None)
+        if i is None:
+            return steps
+        cur[i] = cur[-1]
+        cur.pop()
+        steps.append(tuple(cur))
+
+
+def relaxed(pod: Pod, level: int, tolerate_prefer_no_schedule: bool = True) -> View | None:
+    """The pod's constraints after `level` relaxations, or None when nothing is left to relax.
+
+    Level 0 holds the first required node-affinity term, every preferred pod (anti-)affinity term, the heaviest
+    preferred node-affinity term and every ScheduleAnyway spread. Each further level relaxes one thing, in Karpenter's
+    order: the next required OR-term (the first ones are the most preferred), then preferred pod affinity terms, then
+    preferred pod anti-affinity terms, then preferred node affinity terms (each heaviest first, so lighter ones are
+    tried), then ScheduleAnyway spreads, and last a toleration for PreferNoSchedule taints (only when some NodePool
+    has such a taint: `tolerate_prefer_no_schedule`)."""
+    required = pod.node_terms or (Requirements(),)
+    aff = _by_weight(pod.preferred_affinity)
+    anti = _by_weight(pod.preferred_anti_affinity)
+    node = _by_weight(pod.preferred_node)
+    spreads = _schedule_anyway_steps(pod.spread)
+    tolerate = tolerate_prefer_no_schedule and not tolerates_prefer_no_schedule(pod.tolerations)
+    steps = (len(required) - 1) + len(aff) + len(anti) + len(node) + (len(spreads) - 1) + (1 if tolerate else 0)
     if level > steps:
         return None
-    drop = level
-    k_anti = max(0, len(anti) - drop)
-    drop = max(0, drop - len(anti))
-    k_aff = max(0, len(aff) - drop)
-    drop = max(0, drop - len(aff))
-    k_node = max(0, len(node) - drop)
-    drop = max(0, drop - len(node))
-    k_soft = max(0, len(soft) - drop)
-    drop = max(0, drop - len(soft))
-    tolerations = pod.tolerations
-    if drop >= 1:
-        tolerations = (*tolerations, PREFER_NO_SCHEDULE)
-    strict = pod.node_terms or (Requirements(),)
-    terms = strict
-    prefs = [r for _, r in node[:k_node]]
-    if prefs:
-        extra = Requirements()
-        for r in prefs:
-            extra = extra.intersect(r)
-        terms = tuple(t.intersect(extra) for t in strict)
-    return View(pod=pod, node_terms=terms, strict_terms=strict, tolerations=tolerations,
-                spread=tuple(c for c in pod.spread if c.hard) + tuple(soft[:k_soft]),
-                affinity=pod.affinity + tuple(t for _, t in aff[:k_aff]),
-                anti_affinity=pod.anti_affinity + tuple(t for _, t in anti[:k_anti]), host_ports=pod.host_ports)
+    rest = level
+    taken = []
+    for size in (len(required) - 1, len(aff), len(anti), len(node), len(spreads) - 1):
+        n = min(rest, size)
+        taken.append(n)
+        rest -= n
+    t_req, t_aff, t_anti, t_node, t_spread = taken
+    strict = required[t_req]
+    term = strict
+    if t_node < len(node):
+        term = strict.intersect(node[t_node][1])
+    tolerations = (*pod.tolerations, PREFER_NO_SCHEDULE) if rest >= 1 else pod.tolerations
+    return View(pod=pod, node_terms=(term,), strict_terms=(strict,), tolerations=tolerations,
+                spread=spreads[t_spread],
+                affinity=pod.affinity + tuple(t for _, t in aff[t_aff:]),
+                anti_affinity=pod.anti_affinity + tuple(t for _, t in anti[t_anti:]),
+                host_ports=pod.host_ports)

@@ -3,13 +3,17 @@
 
 Shape of the algorithm (Karpenter's, made fast):
 - Pods are grouped into equivalence classes (same requests, labels and constraints) and a class is placed in bulk.
-- Classes go largest first. Each pod goes to the first existing node, then the first open NodeClaim, that can take it;
-  otherwise a new NodeClaim is opened from the highest-weight NodePool that is compatible, within limits.
+- Classes go largest first. Each pod goes to an existing node or open NodeClaim that can take it, first one whose
+  launch type still has room for it (filling that costs nothing), else the first that can grow to hold it; otherwise
+  a new NodeClaim is opened from the highest-weight NodePool that is compatible, within limits.
+- Pods left over are retried (from their full preferences) while a pass places some, as Karpenter's queue does: a pod
+  whose affinity target was placed after it gets its turn.
 - A NodeClaim keeps the set of instance types (a mask over its pool's InstanceTypeIndex) that can still hold its pods;
   at the end it launches the cheapest offering of the cheapest type that fits (spot first when the NodeClaim allows
   spot).
-- Preferences (preferred node affinity, preferred pod (anti-)affinity, ScheduleAnyway spreads) are first treated as
-  required and relaxed one at a time for pods that cannot be placed (controller.scheduling.preferences).
+- Preferences (preferred node affinity, preferred pod (anti-)affinity, ScheduleAnyway spreads, PreferNoSchedule
+  taints) are first treated as required and relaxed one at a time, in Karpenter's order, for pods that cannot be
+  placed (controller.scheduling.preferences).
 The pieces live by concern: instancetypes (the index), nodeclaim and existingnode (the bins), topology (spread and
 pod (anti-)affinity), preferences (relaxation); this module is the solve loop and placement.
 """
@@ -32,6 +36,8 @@ from controller.scheduling.topology import Topology
 from controller.scheduling.types import ExistingNode, SchedNodePool, untolerated
 
 MAX_ROUNDS = 256
+CHUNK = 32  # bins listed at a time when looking for the first that fits
+MAX_RETRY_PASSES = 32  # Karpenter retries while it makes progress, bounded by its solve timeout; this bounds it too
 BASE_RESOURCES = (CPU, MEMORY, PODS)
 NODES = "nodes"  # a NodePool limit on the number of nodes, counted in its usage (status.resources) too
 
@@ -65,6 +71,8 @@ class Scheduler:
         self.pools = sorted(node_pools, key=lambda p: (-(p.weight or 0), p.name))
         self.existing_nodes = existing_nodes or []
         self.daemonsets = daemonsets or []
+        # Karpenter adds the PreferNoSchedule toleration as the last relaxation only when some pool has such a taint
+        self.tolerate_prefer_no_schedule = any(t.effect == "PreferNoSchedule" for p in self.pools for t in p.taints)
         # the state of one solve, reset by _start
         self.resources: list[str] = list(BASE_RESOURCES)
         self.rindex: dict[str, int] = {}
@@ -74,33 +82,14 @@ class Scheduler:
         self.new_bins: list[NodeClaim] = []
         self.topology = Topology([], [])
         self._maxfree = np.zeros((0, 0), dtype=np.int64)  # per bin position: its maxfree, for one vector test
+        self._slack = np.zeros((0, 0), dtype=np.int64)  # per bin position: room left on the type it would launch as
         self._cursor: dict[object, int] = {}  # per class and requirements: the first bin that may still fit
         self._class_pools: dict[object, set[int]] = {}  # per class: the pools it could use (for the lower bound)
+        self._views: dict[tuple[object, int], View | None] = {}  # per class and relaxation level
+        self._req: dict[object, np.ndarray] = {}  # per class: its requests as a vector
         self._names = 0
 
     # ---- setup -------------------------------------------------------------------------------------------------
-    def _daemons(self, pool: SchedNodePool) -> list[Pod]:
-        """The DaemonSets that would run on the pool's nodes. Startup taints never keep a DaemonSet off (they exist
-        so DaemonSets can prepare the node), as in Karpenter's isDaemonPodCompatible."""
-        out = []
-        for ds in self.daemonsets:
-            if untolerated(pool.taints, ds.tolerations) is not None:
-                continue
-            if ds.node_terms and all(pool.requirements.incompatibility(t) is not None for t in ds.node_terms):
-                continue
-            out.append(ds)
-        return out
-
-    def _index(self, pool: SchedNodePool, resources: list[str]) -> InstanceTypeIndex:
-        """The pool's instance types less the requests of its DaemonSets, with the host ports they hold."""
-        overhead: dict[str, int] = {}
-        ports: set[tuple[str, str, int]] = set()
-        for ds in self._daemons(pool):
-            for k, v in ds.requests.items():
-                overhead[k] = overhead.get(k, 0) + v
-            ports |= ds.host_ports
-        return InstanceTypeIndex(pool, resources, overhead, frozenset(ports))
-
     def _start(self, pods: list[Pod]) -> None:
         """Reset the solve state: resources, instance-type indexes, limits left, existing nodes as bins, groups."""
         resources = list(BASE_RESOURCES)
@@ -110,7 +99,8 @@ class Scheduler:
                     resources.append(r)
         self.resources = resources
         self.rindex = {r: i for i, r in enumerate(resources)}
-        self.indexes = [self._index(p, resources) for p in self.pools]
+        # each pool's instance types less the DaemonSets that would run on each (InstanceTypeIndex._daemon_groups)
+        self.indexes = [InstanceTypeIndex(p, resources, self.daemonsets) for p in self.pools]
         self.remaining = {p.name: (None if p.limits is None else dict(p.limits)) for p in self.pools}
         for pool in self.pools:
             rem = self.remaining[pool.name]
@@ -121,13 +111,17 @@ class Scheduler:
         self.bins = []
         self.new_bins = []
         self._maxfree = np.zeros((64, len(resources)), dtype=np.int64)
+        self._slack = np.zeros((64, len(resources)), dtype=np.int64)
         self._cursor = {}
         self._class_pools = {}
+        self._views = {}
+        self._req = {}
         self._names = 0
         for node in self.existing_nodes:
             used = self._vec({})
             for p in node.pods:
                 used += self._vec(p.requests)
+            used += self._daemon_room(node)
             self._add_bin(ExistingNodeBin(node, used, self._vec(node.allocatable)))
         self.topology = Topology(self.indexes, self.existing_nodes)
         self.topology.register(pods)
@@ -152,15 +146,56 @@ class Scheduler:
                 chunk = group[rnd * size:(rnd + 1) * size]
                 if chunk:
                     self._place_class(chunk, plan)
+        self._retry(pods, plan)
         self._finish(plan, lower_bound)
         return plan
+
+    def _retry(self, pods: list[Pod], plan: Plan) -> None:
+        """Retry the pods left over, from their full preferences, for as long as a pass places some: a pod whose
+        affinity target (or the pod that frees a spread domain) was placed after it gets another go, as Karpenter's
+        queue retries failed pods while it makes progress."""
+        for _ in range(MAX_RETRY_PASSES):
+            if not plan.unschedulable:
+                return
+            left = [p for p in pods if p.key in plan.unschedulable]
+            before = len(left)
+            classes: dict[object, list[Pod]] = {}
+            for p in left:
+                classes.setdefault(p.class_key, []).append(p)
+                del plan.unschedulable[p.key]
+            for group in classes.values():
+                self._place_class(group, plan)
+            if len(plan.unschedulable) >= before:
+                return
 
     def _add_bin(self, b: Bin) -> None:
         b.position = len(self.bins)
         self.bins.append(b)
         if b.position >= len(self._maxfree):
             self._maxfree = np.vstack([self._maxfree, np.zeros_like(self._maxfree)])
+            self._slack = np.vstack([self._slack, np.zeros_like(self._slack)])
         self._maxfree[b.position] = b.maxfree
+        self._slack[b.position] = b.slack()
+
+    def _daemon_room(self, node: ExistingNode) -> np.ndarray:
+        """What an existing node (or in-flight NodeClaim) keeps for DaemonSets that will run there but are not bound
+        yet, as Karpenter's ExistingNode does: the requests of the DaemonSets whose pod tolerates the node's taints and
+        whose node affinity its labels meet, less the DaemonSet pods already bound to it, never below zero."""
+        if not self.daemonsets:
+            return self._vec({})
+        labels = Requirements.from_labels(node.labels)
+        want = self._vec({})
+        for ds in self.daemonsets:
+            if untolerated(node.taints, ds.tolerations) is not None:
+                continue
+            if ds.node_terms and all(labels.incompatibility(t, frozenset()) is not None for t in ds.node_terms):
+                continue
+            want += self._vec(ds.requests)
+        bound = self._vec({})
+        for p in node.pods:
+            if p.owner.startswith("DaemonSet/"):
+                bound += self._vec(p.requests)
+        return np.maximum(want - bound, 0)
 
     def _rounds(self, pods: list[Pod]) -> int:
         """How many interleaved rounds to place classes in: about the number of largest nodes the pods need.
@@ -194,7 +229,9 @@ class Scheduler:
         level = 0
         reason = ""
         while pending:
-            view = relaxed(proto, level)
+            vk = (proto.class_key, level)
+            view = self._views[vk] if vk in self._views else self._views.setdefault(
+                vk, relaxed(proto, level, self.tolerate_prefer_no_schedule))
             if view is None:
                 break
             placed, reason = self._place_view(view, pending)
@@ -225,18 +262,28 @@ class Scheduler:
 
     def _place_some(self, view: View, term: Requirements, strict: Requirements, pods: list[Pod],
                     reasons: list[str]) -> int:
-        """Place a prefix of pods (all identical) into one bin; returns how many were placed (0 = none possible).
+        """Place a prefix of pods (all identical); returns how many were placed (0 = none possible).
         term is the node requirement tried (preferences included), strict the same from required affinity alone."""
-        req = self._vec(view.pod.requests)
-        reqs, cap, why = self.topology.requirements(view, term, strict)
-        if reqs is None:
+        req = self._req.get(view.pod.class_key)
+        if req is None:
+            req = self._req[view.pod.class_key] = self._vec(view.pod.requests)
+        options, why = self.topology.options(view, term, strict, req)
+        if not options:
             reasons.append(why)
             return 0
+        for reqs, cap, total in options:
+            n = self._place_in(view, reqs, cap, req, pods[:total], reasons)
+            if n:
+                return n
+        return 0
+
+    def _place_in(self, view: View, reqs: Requirements, cap: int, req: np.ndarray, pods: list[Pod],
+                  reasons: list[str]) -> int:
+        """Place a prefix of pods into bins under requirements reqs (a topology domain chosen), at most cap of them
+        per bin; returns how many were placed. The caller bounds the pods to what the domain may take before its
+        counts must be looked at again. Bins only fill up, so one rejected for this class and requirements stays so.
+        """
         want = len(pods)
-        # Requirements that depend on current counts (zonal spread/affinity) allow one bin per call; otherwise the
-        # class fills bin after bin. Bins only fill up, so one rejected for this class and requirements stays so.
-        one_bin = any(c.topology_key != L.HOSTNAME for c in view.spread) or any(
-            t.topology_key != L.HOSTNAME for t in (*view.affinity, *view.anti_affinity))
         cursor_key = (view.pod.class_key, len(view.spread), len(view.affinity), len(view.anti_affinity),
                       reqs.describe())
         start = self._cursor.get(cursor_key, 0)
@@ -246,25 +293,40 @@ class Scheduler:
         nb = len(self.bins)
         fits = np.asarray((self._maxfree[start:nb] >= req[None, :]).all(axis=1))
         room = self.topology.hostname_room(view, fits, start)
-        candidates = np.flatnonzero(room) + start
-        if candidates.size == 0:
-            start = nb
-        for i in candidates.tolist():
-            b = self.bins[i]
-            n = self._fits(b, view, reqs, req, min(want - done, cap))
-            if not n:
+        # first the bins whose launch type still has room for the pod (filling them costs nothing), then first fit
+        in_slack = room & np.asarray((self._slack[start:nb] >= req[None, :]).all(axis=1))
+        slack_bins = np.flatnonzero(in_slack)
+        if slack_bins.size:
+            slack_bins += start
+            for i, free in zip(slack_bins.tolist(), fit_count(self._slack[slack_bins], req).tolist(), strict=True):
+                b = self.bins[i]
+                n = self._fits(b, view, reqs, req, min(want - done, cap, free))
+                if n:
+                    self._commit(b, view, reqs, req, pods[done:done + n])
+                    done += n
+                    if done >= want:
+                        return done
+        candidates = np.flatnonzero(room & ~in_slack)
+        settled = False
+        for chunk in range(0, candidates.size, CHUNK):  # usually the first bins take the pods: list a few at a time
+            for i in (candidates[chunk:chunk + CHUNK] + start).tolist():
+                b = self.bins[i]
+                n = self._fits(b, view, reqs, req, min(want - done, cap))
+                if not n:
+                    if done == 0:
+                        start = i + 1
+                    continue
                 if done == 0:
-                    start = i + 1
-                continue
-            if done == 0:
-                start = i
-            self._commit(b, view, reqs, req, pods[done:done + n])
-            done += n
-            if one_bin or done >= want:
+                    start = i
+                self._commit(b, view, reqs, req, pods[done:done + n])
+                done += n
+                if done >= want:
+                    settled = True
+                    break
+            if settled:
                 break
-        else:
-            if done == 0:
-                start = nb
+        if not settled and done == 0:
+            start = nb
         self._cursor[cursor_key] = start
         if done:
             return done
@@ -281,9 +343,8 @@ class Scheduler:
         return 0
 
     def _fits(self, b: Bin, view: View, reqs: Requirements, req: np.ndarray, want: int) -> int:
-        """How many of the class's pods bin b can take now (0 when none)."""
-        if (b.maxfree < req).any():
-            return 0
+        """How many of the class's pods bin b can take now (0 when none). Callers pass only bins whose free-capacity
+        upper bound holds one pod (the vector test in _place_in)."""
         if untolerated(b.taints, view.tolerations) is not None:
             return 0
         if b.incompatibility(reqs) is not None:
@@ -295,11 +356,12 @@ class Scheduler:
             return 0
         if view.host_ports:
             want = 1
-        return b.room(reqs, req, want)
+        return b.room(reqs, req, want, view.host_ports)
 
     def _commit(self, b: Bin, view: View, reqs: Requirements, req: np.ndarray, pods: list[Pod]) -> None:
-        b.add(reqs, req, pods)
+        b.add(reqs, req, pods, view.host_ports)
         self._maxfree[b.position] = b.maxfree
+        self._slack[b.position] = b.slack()
         b.host_ports |= view.host_ports
         b.anti_terms.extend(t for t in view.anti_affinity if t.topology_key == L.HOSTNAME)
         self.topology.count(b, pods[0], len(pods))
@@ -316,10 +378,9 @@ class Scheduler:
         why = pool.requirements.incompatibility(reqs)
         if why is not None:
             return 0, why
-        held = view.host_ports & ix.daemon_host_ports
-        if held:
-            protocol, ip, port = min(held)
-            return 0, f"host port {port}/{protocol} ({ip}) is held by a DaemonSet on the pool's nodes"
+        why = self.topology.opens(view)
+        if why:
+            return 0, why
         merged = pool.requirements.intersect(reqs)
         zm, cm = ix.offer_masks(merged)
         mask = ix.all_mask & ix.mask(merged)
@@ -328,6 +389,11 @@ class Scheduler:
         mask = ix.offered(mask, zm, cm)
         if not mask.any():
             return 0, "no offering in the allowed zones and capacity types"
+        if view.host_ports:
+            mask = mask & ix.ports_ok(view.host_ports)
+            if not mask.any():
+                protocol, ip, port = min(view.host_ports)
+                return 0, f"host port {port}/{protocol} ({ip}) is held by a DaemonSet on the pool's nodes"
         rem = self.remaining[pool.name]
         within = np.ones(len(ix.types), dtype=bool)
         if rem is not None:
@@ -359,7 +425,8 @@ class Scheduler:
             n = 1
         self._names += 1
         b = NodeClaim(f"{pool.name}-{self._names:05d}", ix, merged.intersect(Requirements([
-            Requirement(L.NODEPOOL, False, frozenset([pool.name]))])), pool.taints, self._vec({}), mask)
+            Requirement(L.NODEPOOL, False, frozenset([pool.name]))])), pool.taints, self._vec({}), mask,
+            fit=(reqs, view.host_ports, np.flatnonzero(mask), fit))
         self._add_bin(b)
         self.new_bins.append(b)
         self._commit(b, view, reqs, req, pods[:n])

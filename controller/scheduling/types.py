@@ -34,9 +34,10 @@ class Taint:
 
 
 def untolerated(taints: list[Taint], tolerations: tuple[Toleration, ...]) -> Taint | None:
-    """The first NoSchedule/NoExecute taint the tolerations do not cover (PreferNoSchedule never blocks)."""
+    """The first taint the tolerations do not cover. As in Karpenter's scheduler, PreferNoSchedule taints count too:
+    a pod avoids them until its last relaxation adds a toleration for them."""
     for taint in taints:
-        if taint.effect != "PreferNoSchedule" and not taint.tolerated_by(tolerations):
+        if not taint.tolerated_by(tolerations):
             return taint
     return None
 
