@@ -65,6 +65,7 @@ def _load(files: tuple[str, ...], karpenter: str = "") -> list[Any]:
 
     docs: list[Any] = []
     seen: dict[tuple[str, str, str], str] = {}
+    index: dict[tuple[str, str, str], int] = {}
     for path in dedupe_paths(expand_paths(files)):
         try:
             found = load_documents([path])
@@ -79,10 +80,15 @@ def _load(files: tuple[str, ...], karpenter: str = "") -> list[Any]:
             key = (d.kind, d.namespace or "", d.name)
             named = bool((d.raw.get("metadata") or {}).get("name"))
             if named and key in seen:
+                # the later definition wins, as a second `kubectl apply` of the same object would
                 ns = f"{d.namespace}/" if d.namespace else ""
-                _warn(f"{where}: {d.kind} {ns}{d.name} is defined again (first in {seen[key]})")
-            seen.setdefault(key, where)
-        docs.extend(found)
+                _warn(f"{where}: {d.kind} {ns}{d.name} is defined again (first in {seen[key]}); the later one is used")
+                docs[index[key]] = d
+                continue
+            if named:
+                seen[key] = where
+                index[key] = len(docs)
+            docs.append(d)
     if karpenter == "any" and docs and not any(d.kind in KARPENTER_KINDS for d in docs):
         _warn("no Karpenter documents in the input (no NodePool: only existing nodes can take pods)")
     return docs

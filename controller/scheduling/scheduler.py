@@ -162,7 +162,7 @@ class Scheduler:
             classes: dict[object, list[Pod]] = {}
             for p in left:
                 classes.setdefault(p.class_key, []).append(p)
-                del plan.unschedulable[p.key]
+                plan.unschedulable.pop(p.key, None)
             for group in classes.values():
                 self._place_class(group, plan)
             if len(plan.unschedulable) >= before:

@@ -185,8 +185,11 @@ def test_objects_defined_twice_and_inputs_without_karpenter_documents_are_warned
     (tmp_path / "b.yaml").write_text(pod)
     res = runner.invoke(main, ["simulate", "-f", str(tmp_path / "a.yaml"), "-f", str(tmp_path / "b.yaml")])
     assert res.exit_code == 0
-    assert f"warning: {tmp_path / 'b.yaml'}: Pod shop/p is defined again (first in {tmp_path / 'a.yaml'})" \
-        in res.stderr
+    assert f"warning: {tmp_path / 'b.yaml'}: Pod shop/p is defined again (first in {tmp_path / 'a.yaml'}); " \
+        "the later one is used" in res.stderr
+    plan = json.loads(runner.invoke(main, ["simulate", "-f", str(tmp_path / "a.yaml"), "-f", str(tmp_path / "b.yaml"),
+                                           "-o", "json"]).stdout)
+    assert [g["count"] for g in plan["unschedulable"]] == [1]  # one pod, not two of the same name
     assert "warning: no Karpenter documents in the input" in res.stderr
     quiet = runner.invoke(main, ["simulate", "-f", str(EXAMPLES)])
     assert quiet.exit_code == 0 and quiet.stderr == ""
