@@ -48,7 +48,26 @@ files_option = click.option("-f", "--filename", "files", multiple=True, required
                             help="Manifest file or directory (repeatable; '-' reads stdin).")
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+class _OneLineErrors(click.Group):
+    """The last line of defence for bad input: an exception no command turned into a message becomes one bounded
+    line on stderr and exit 1, never a traceback (KARPY_TRACEBACK=1 shows it, for bug reports)."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        import os
+
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except (Exception, RecursionError, MemoryError) as e:
+            if os.environ.get("KARPY_TRACEBACK"):
+                raise
+            text = " ".join(str(e).split())
+            text = text if len(text) <= 200 else text[:200] + "…"
+            _fail(f"unexpected {type(e).__name__}: {text} (KARPY_TRACEBACK=1 shows where)")
+
+
+@click.group(cls=_OneLineErrors, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
 @click.version_option(package_name="karpy", prog_name="karpy")
 def main() -> None:
     """karpy: Karpenter for AWS in Python: simulate, validate, convert, and deploy per environment."""
@@ -94,9 +113,13 @@ def explain(pod: str, files: tuple[str, ...], catalog: str) -> None:
 def validate(files: tuple[str, ...]) -> None:
     """Validate NodePools, NodeClaims and EC2NodeClasses with Karpenter's rules; every error is printed."""
     from controller.api import validate_document
+    from controller.simulate.shapes import shape_errors
 
     docs = _load(files)
-    errors = [err for doc in docs for err in validate_document(doc)]
+    errors: list[Any] = [err for doc in docs for err in validate_document(doc)]
+    errors += [err for doc in docs for err in shape_errors(doc)]
+    if len(errors) == 1:
+        _fail(str(errors[0]))
     for err in errors:
         click.echo(str(err), err=True)
     checked = [d for d in docs if d.kind in ("NodePool", "NodeClaim", "EC2NodeClass", "Provisioner",
@@ -112,12 +135,22 @@ def convert(files: tuple[str, ...]) -> None:
     """Convert v1beta1 / v1alpha5 Karpenter manifests to v1 (YAML on stdout, what has no v1 form on stderr)."""
     import yaml
 
-    from controller.api.convert import convert_documents
+    from controller.api.convert import ConvertError, convert_and_validate
 
-    manifests, leftovers = convert_documents(_load(files))
-    click.echo(yaml.safe_dump_all(manifests, sort_keys=False), nl=False)
+    try:
+        manifests, leftovers, errors = convert_and_validate(_load(files))
+    except ConvertError as e:
+        _fail(str(e))
     for line in leftovers:
         click.echo(f"not converted: {line}", err=True)
+    if len(errors) == 1:
+        _fail(f"{errors[0]}; nothing printed")
+    if errors:
+        # no output that `karpy validate` would refuse: the errors say what to fix in the input
+        for line in errors[:20]:
+            click.echo(line, err=True)
+        _fail(f"the v1 output would not validate ({len(errors)} error(s)); nothing printed")
+    click.echo(yaml.safe_dump_all(manifests, sort_keys=False), nl=False)
 
 
 @main.command()

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from controller.api.documents import short
 from controller.api.quantity import QuantityError, parse_quantity
 
 Check = Callable[[Any], str | None]  # returns an error message, or None when the value is fine
@@ -99,7 +100,7 @@ def validate(value: Any, schema: Field, path: str, issues: list[ValidationIssue]
         "int-or-string": isinstance(value, str | int) and not isinstance(value, bool),
     }[t]
     if not ok:
-        issues.append(ValidationIssue(path, f"must be {_TYPE_NAMES[t]}, got {type(value).__name__} {value!r}"))
+        issues.append(ValidationIssue(path, f"must be {_TYPE_NAMES[t]}, got {type(value).__name__} {short(value)}"))
         return
     if t == "object":
         for name in schema.required:
@@ -136,14 +137,14 @@ def validate(value: Any, schema: Field, path: str, issues: list[ValidationIssue]
             issues.append(ValidationIssue(path, str(e)))
             return
     if schema.enum and value not in schema.enum:
-        issues.append(ValidationIssue(path, f"{value!r} is not one of {', '.join(schema.enum)}"))
+        issues.append(ValidationIssue(path, f"{short(value)} is not one of {', '.join(schema.enum)}"))
     if t == "integer":
         if schema.minimum is not None and value < schema.minimum:
             issues.append(ValidationIssue(path, f"must be >= {schema.minimum}, got {value}"))
         if schema.maximum is not None and value > schema.maximum:
             issues.append(ValidationIssue(path, f"must be <= {schema.maximum}, got {value}"))
     if schema.pattern and isinstance(value, str) and not re.fullmatch(schema.pattern, value):
-        issues.append(ValidationIssue(path, f"{value!r} does not match {schema.pattern}"))
+        issues.append(ValidationIssue(path, f"{short(value)} does not match {schema.pattern}"))
     if schema.check is not None:
         msg = schema.check(value)
         if msg:

@@ -9,6 +9,7 @@ from typing import Any
 from controller.api.documents import Document
 from controller.api.kinds import AMI_ALIAS_FAMILIES, EVICTION_SIGNALS, KINDS, RESERVED_RESOURCES
 from controller.api.labels import INTEGER_LABELS, is_restricted_label
+from controller.api.quantity import QuantityError, parse_quantity
 from controller.api.schema import ValidationIssue, validate
 
 OLD_KARPENTER = {("karpenter.sh/v1beta1", "NodePool"), ("karpenter.k8s.aws/v1beta1", "EC2NodeClass"),
@@ -28,7 +29,13 @@ class ValidationError:
     message: str
 
     def __str__(self) -> str:
-        return f"{self.document}: {self.path}: {self.message}" if self.path else f"{self.document}: {self.message}"
+        # bounded: a path or message quoting a hostile key or value is cut, never printed whole
+        path, message = _cut(self.path, 200), _cut(self.message, 300)
+        return f"{self.document}: {path}: {message}" if path else f"{self.document}: {message}"
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit] + "…"
 
 
 class InvalidDocument(Exception):
@@ -161,6 +168,11 @@ def _ec2nodeclass(raw: dict[str, Any], out: list[ValidationIssue]) -> None:
     if isinstance(bdms, list) and sum(1 for b in bdms if isinstance(b, dict) and b.get("rootVolume")) > 1:
         out.append(ValidationIssue("spec.blockDeviceMappings", "must have only one blockDeviceMapping with "
                                                                "rootVolume"))
+    for i, b in enumerate(bdms if isinstance(bdms, list) else []):
+        size = (b.get("ebs") or {}).get("volumeSize") if isinstance(b, dict) else None
+        message = volume_size_error(size) if size is not None else None
+        if message:
+            out.append(ValidationIssue(f"spec.blockDeviceMappings[{i}].ebs.volumeSize", message))
     kubelet = spec.get("kubelet") or {}
     if isinstance(kubelet, dict):
         for f in ("evictionHard", "evictionSoft", "evictionSoftGracePeriod"):
@@ -183,6 +195,16 @@ def _ec2nodeclass(raw: dict[str, Any], out: list[ValidationIssue]) -> None:
                                        "must be greater than imageGCLowThresholdPercent"))
 
 
+def volume_size_error(size: Any) -> str | None:
+    """An EBS volume is at least 1Gi (EC2 takes whole GiB; a smaller size would launch with VolumeSize 0)."""
+    try:
+        if parse_quantity(size) < 2**30:
+            return f"{str(size)[:40]!r} is less than 1Gi, the smallest EBS volume"
+    except QuantityError:
+        return None  # the schema reports what is not a quantity
+    return None
+
+
 RULES = {"NodePool": _nodepool, "NodeClaim": _nodeclaim, "EC2NodeClass": _ec2nodeclass}
 
 
@@ -199,7 +221,12 @@ def validate_document(doc: Document) -> list[ValidationError]:
         return []
     issues: list[ValidationIssue] = []
     validate(doc.raw, schema, "", issues)
-    RULES[doc.kind](doc.raw, issues)
+    try:
+        RULES[doc.kind](doc.raw, issues)
+    except (AttributeError, TypeError, ValueError) as e:
+        # a cross-field rule tripped over a wrongly typed value, which the schema has reported already
+        if not issues:
+            issues.append(ValidationIssue("", f"cannot be checked: {type(e).__name__}: {str(e)[:120]}"))
     seen: set[tuple[str, str]] = set()
     out = []
     for i in issues:

@@ -14,6 +14,7 @@ from typing import Any
 
 from controller.api.documents import Document
 from controller.provisioning.inputs import InputError, VolumeTopology, template_pod
+from controller.simulate.shapes import MAX_PODS, pod_count
 
 # kind -> where the pod template lives and how many pods the controller makes
 WORKLOAD_KINDS = frozenset({"Deployment", "ReplicaSet", "StatefulSet", "Job", "CronJob", "ReplicationController"})
@@ -33,6 +34,7 @@ class SimulationInputs:
     nodepools: list[Document] = field(default_factory=list)
     nodeclasses: list[Document] = field(default_factory=list)
     pending_pods: list[dict[str, Any]] = field(default_factory=list)
+    pending_refs: list[str] = field(default_factory=list)  # the document each pending pod comes from
     bound_pods: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # node name -> pods on it
     daemonsets: list[Document] = field(default_factory=list)
     nodes: list[Document] = field(default_factory=list)
@@ -112,8 +114,15 @@ def classify(documents: list[Document]) -> SimulationInputs:
     out = SimulationInputs()
     # claims a StatefulSet will create; a PersistentVolumeClaim document of the same name wins
     templates: dict[tuple[str, str], dict[str, Any]] = {}
+    pods = 0
     for doc in documents:
         kind = doc.kind
+        count = pod_count(doc)
+        if pods + count > MAX_PODS:
+            field_ = "" if kind == "Pod" else " (spec.replicas, parallelism or completions)"
+            raise InputError(f"{doc.ref}: {count} pod(s){field_} make more than {MAX_PODS} pods in this run, the "
+                             "most karpy simulate expands; simulate a sample")
+        pods += count
         if kind == "NodePool":
             out.nodepools.append(doc)
         elif kind == "EC2NodeClass":
@@ -132,8 +141,11 @@ def classify(documents: list[Document]) -> SimulationInputs:
                 continue  # accounted for through its DaemonSet
             else:
                 out.pending_pods.append(pod)
+                out.pending_refs.append(doc.ref)
         elif kind in WORKLOAD_KINDS:
-            out.pending_pods.extend(expand_workload(doc))
+            expanded = expand_workload(doc)
+            out.pending_pods.extend(expanded)
+            out.pending_refs.extend([doc.ref] * len(expanded))
             if kind == "StatefulSet":
                 spec = doc.raw.get("spec") or {}
                 for i in range(int(spec.get("replicas", 1) or 0)):
