@@ -113,7 +113,7 @@ def explain(pod: str, files: tuple[str, ...], catalog: str) -> None:
 def validate(files: tuple[str, ...]) -> None:
     """Validate NodePools, NodeClaims and EC2NodeClasses with Karpenter's rules; every error is printed."""
     from controller.api import validate_document
-    from controller.simulate.shapes import shape_errors
+    from controller.api.shapes import shape_errors
 
     docs = _load(files)
     errors: list[Any] = [err for doc in docs for err in validate_document(doc)]
@@ -205,7 +205,10 @@ def catalog_show(name: str) -> None:
     """Summarise a catalog: region, zones, number of types, where its prices come from."""
     from controller.catalog.snapshot import load_catalog
 
-    cat = load_catalog(name)
+    try:
+        cat = load_catalog(name)
+    except ValueError as e:
+        _fail(str(e))
     click.echo(f"catalog: {cat.name}\nregion: {cat.region}\nzones: {', '.join(cat.zones)}\n"
                f"instance types: {len(cat.instance_types)}\nprices: {cat.price_source}\ngenerated: {cat.generated}")
 

@@ -250,6 +250,7 @@ def convert_and_validate(docs: list[Document]) -> tuple[list[dict[str, Any]], li
     """convert_documents, plus what `karpy validate` would say about the output: each error named after the input
     document it came from ("file: document N Kind/name: path: message (in the v1 output)"). Convert must not print
     v1 that does not validate."""
+    from controller.api.shapes import shape_errors
     from controller.api.validation import validate_document
 
     conv = _Converter(docs)
@@ -262,4 +263,5 @@ def convert_and_validate(docs: list[Document]) -> tuple[list[dict[str, Any]], li
                        kind=str(manifest.get("kind") or ""), name=str(meta.get("name") or origin.name),
                        namespace=meta.get("namespace"), raw=manifest, position=origin.position)
         errors.extend(f"{e} (in the v1 output)" for e in validate_document(out))
+        errors.extend(f"{e} (in the output)" for e in shape_errors(out))
     return manifests, conv.leftovers, errors

@@ -185,6 +185,8 @@ def _ec2nodeclass(raw: dict[str, Any], out: list[ValidationIssue]) -> None:
                 if k not in RESERVED_RESOURCES:
                     out.append(ValidationIssue(f"spec.kubelet.{f}[{k}]", f"{k!r} is not one of "
                                                                           f"{', '.join(RESERVED_RESOURCES)}"))
+                elif _negative((kubelet.get(f) or {})[k]):
+                    out.append(ValidationIssue(f"spec.kubelet.{f}[{k}]", "must not be negative"))
         soft, grace = set(kubelet.get("evictionSoft") or {}), set(kubelet.get("evictionSoftGracePeriod") or {})
         if soft != grace:
             out.append(ValidationIssue("spec.kubelet.evictionSoftGracePeriod",
@@ -193,6 +195,13 @@ def _ec2nodeclass(raw: dict[str, Any], out: list[ValidationIssue]) -> None:
         if isinstance(high, int) and isinstance(low, int) and high <= low:
             out.append(ValidationIssue("spec.kubelet.imageGCHighThresholdPercent",
                                        "must be greater than imageGCLowThresholdPercent"))
+
+
+def _negative(value: Any) -> bool:
+    try:
+        return parse_quantity(value) < 0
+    except QuantityError:
+        return False  # the schema reports what is not a quantity
 
 
 def volume_size_error(size: Any) -> str | None:

@@ -12,13 +12,13 @@ from controller.api import labels as L
 from controller.api import parse_ec2nodeclass, parse_nodepool, validate_document
 from controller.api.documents import Document
 from controller.api.models import EC2NodeClass
+from controller.api.shapes import shape_errors
 from controller.catalog.snapshot import Catalog, load_catalog
 from controller.catalog.types import InstanceType
 from controller.provisioning import inputs
 from controller.scheduling.pod import Pod
 from controller.scheduling.scheduler import Plan, Scheduler
 from controller.scheduling.types import ExistingNode, SchedNodePool
-from controller.simulate.shapes import shape_errors
 from controller.simulate.workloads import SimulationInputs, classify
 
 MAX_ERRORS_SHOWN = 20

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from controller.api.documents import Document
+from controller.api.shapes import MAX_PODS, pod_count
 from controller.provisioning.inputs import InputError, VolumeTopology, template_pod
-from controller.simulate.shapes import MAX_PODS, pod_count
 
 # kind -> where the pod template lives and how many pods the controller makes
 WORKLOAD_KINDS = frozenset({"Deployment", "ReplicaSet", "StatefulSet", "Job", "CronJob", "ReplicationController"})
@@ -115,14 +115,15 @@ def classify(documents: list[Document]) -> SimulationInputs:
     # claims a StatefulSet will create; a PersistentVolumeClaim document of the same name wins
     templates: dict[tuple[str, str], dict[str, Any]] = {}
     pods = 0
-    for doc in documents:
-        kind = doc.kind
+    for doc in documents:  # counted before anything is expanded
         count = pod_count(doc)
         if pods + count > MAX_PODS:
-            field_ = "" if kind == "Pod" else " (spec.replicas, parallelism or completions)"
+            field_ = "" if doc.kind == "Pod" else " (spec.replicas, parallelism or completions)"
             raise InputError(f"{doc.ref}: {count} pod(s){field_} make more than {MAX_PODS} pods in this run, the "
                              "most karpy simulate expands; simulate a sample")
         pods += count
+    for doc in documents:
+        kind = doc.kind
         if kind == "NodePool":
             out.nodepools.append(doc)
         elif kind == "EC2NodeClass":
