@@ -9,6 +9,7 @@ here, which is several times faster than PyYAML's constructor and checks the lim
 
 from __future__ import annotations
 
+import gc
 import json
 import re
 import sys
@@ -137,9 +138,14 @@ _LEADING_INDICATORS = re.compile(r"^[ \t?:-]*", re.MULTILINE)
 def _nesting_bound(text: str) -> int:
     """An upper bound on how deep the YAML text nests: block collections nest only where a line's indentation or
     its leading `- `/`? ` indicators grow, flow collections only inside brackets (quoted brackets may overcount)."""
-    block = max((len(m) for m in _LEADING_INDICATORS.findall(text)), default=0)
+    block = max(map(len, text.splitlines()), default=0)  # a line's indentation is at most its length
+    if block > _COMPOSE_SAFE_DEPTH // 2:  # long lines (e.g. an annotation): count only the leading indicators
+        block = max((len(m) for m in _LEADING_INDICATORS.findall(text)), default=0)
     if "[" not in text and "{" not in text:
         return block + 1
+    opens = text.count("[") + text.count("{")
+    if block + opens < _COMPOSE_SAFE_DEPTH:
+        return block + opens + 1
     import numpy as np
 
     raw = np.frombuffer(text.encode("utf-8", "surrogatepass"), dtype=np.uint8)
@@ -206,42 +212,56 @@ class _Builder:
     def build(self, root: Node, depth0: int = 1) -> Any:
         result, open_ = self.start(root)
         stack: list[tuple[Node, Any, int]] = [(root, result, depth0)] if open_ else []
+        start, scalar, push = self.start, self.scalar, stack.append
         while stack:
             node, value, depth = stack.pop()
             if depth > MAX_DEPTH:
                 raise self.error(node, f"nested deeper than {MAX_DEPTH} levels")
-            if isinstance(node, SequenceNode):
+            if node.__class__ is SequenceNode:
                 for child in node.value:
-                    v, open_ = self.start(child)
+                    if child.__class__ is ScalarNode:  # the common case, inline: no tuple, no call for strings
+                        value.append(child.value if child.tag == _STR else scalar(child))
+                        continue
+                    v, open_ = start(child)
                     value.append(v)
                     if open_:
-                        stack.append((child, v, depth + 1))
+                        push((child, v, depth + 1))
                 continue
             merges: list[Node] = []
-            lines: dict[Any, int] = {}
             for key_node, child in node.value:
-                if key_node.tag == _MERGE:
+                if key_node.__class__ is not ScalarNode:
+                    raise self.error(key_node, "a mapping key must be a string, not a list or a mapping")
+                tag = key_node.tag
+                if tag == _MERGE:
                     merges.append(child)
                     continue
-                if not isinstance(key_node, ScalarNode):
-                    raise self.error(key_node, "a mapping key must be a string, not a list or a mapping")
-                key = self.scalar(key_node)
+                key = key_node.value if tag == _STR else scalar(key_node)
                 try:
-                    first = lines.get(key)
+                    duplicate = key in value
                 except TypeError:
                     raise self.error(key_node, f"key {short(key)} cannot be a mapping key") from None
-                if first is not None:
-                    raise self.error(key_node, f"duplicate key {short(key)} (first at line {first})")
-                lines[key] = key_node.start_mark.line + 1
-                v, open_ = self.start(child)
+                if duplicate:
+                    raise self._duplicate(node, key_node, key)
+                if child.__class__ is ScalarNode:
+                    value[key] = child.value if child.tag == _STR else scalar(child)
+                    continue
+                v, open_ = start(child)
                 value[key] = v
                 if open_:
-                    stack.append((child, v, depth + 1))
+                    push((child, v, depth + 1))
             if merges:
                 self._merge(node, value, merges, depth)
         if self.aliased:
             self._check_expansion(root)
         return result
+
+    def _duplicate(self, node: Node, key_node: Node, key: Any) -> DocumentError:
+        """Kubernetes refuses a mapping with a key twice (YAML says keys are unique); PyYAML would keep the last."""
+        first = next((k.start_mark.line + 1 for k, _ in node.value
+                      if k.__class__ is ScalarNode and k.tag != _MERGE and k is not key_node
+                      and (k.value if k.tag == _STR else self.scalar(k)) == key), None)
+        where = f" (first at line {first})" if first is not None else ""
+        return self.error(key_node, f"duplicate key {short(key)}{where}")
 
     def _merge(self, node: Node, value: dict[Any, Any], merges: list[Node], depth: int) -> None:
         """`<<: *base` (or a list of them): keys of the merged mappings that the mapping does not set itself."""
@@ -299,6 +319,10 @@ def _yaml_documents(text: str, source: str) -> list[Any]:
         _check_nesting_by_events(text, source)
     loader = _Loader(text)
     out = []
+    # no cyclic garbage is made here (recursive aliases are refused), and the collector's passes over the growing
+    # heap cost a large file a fifth of its load time
+    collecting = gc.isenabled()
+    gc.disable()
     try:
         while loader.check_node():
             node = loader.get_node()
@@ -310,6 +334,8 @@ def _yaml_documents(text: str, source: str) -> list[Any]:
         raise DocumentError(f"{source}:{where} not valid YAML: {short(problem, 120)}") from None
     finally:
         loader.dispose()
+        if collecting:
+            gc.enable()
     return out
 
 

@@ -7,6 +7,7 @@ kubelet and scheduler do.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from decimal import Decimal, InvalidOperation
@@ -49,6 +50,13 @@ def parse_quantity(value: str | int | float) -> Decimal:
         if number is None or abs(number) > MAX_QUANTITY:
             raise QuantityError(f"{_short(value)} is too large a quantity (at most {MAX_QUANTITY:.3e})")
         return number
+    return _parse_text(value)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_text(value: str) -> Decimal:
+    """parse_quantity of a string, cached: a large file repeats a few request values thousands of times, each read
+    by validation and by the scheduler's input (Decimal is immutable, errors are not cached)."""
     text = value.strip()
     m = _QUANTITY.match(text) if len(text) <= _MAX_TEXT else None
     if not m:
