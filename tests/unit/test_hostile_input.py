@@ -143,8 +143,8 @@ CORPUS: list[tuple[str, bytes, str]] = [
     ("deep-block.yaml", b"apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec:\n" + b"".join(
         b" " * i + b"a:\n" for i in range(1, 300)) + b" " * 300 + b"b: 1\n",
      f": nested deeper than {MAX_DEPTH} levels"),
-    ("deep-compact-sequence.yaml", b"apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec:\n  x: " + b"- " * 50_000
-     + b"1\n", " levels" if False else ": line 5: "),
+    ("deep-compact-sequence.yaml", b"apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec:\n  x:\n  " + b"- " * 50_000
+     + b"1\n", f": line 6: nested deeper than {MAX_DEPTH} levels"),
     ("deep.json", b'{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"}, "spec": ' + b"[" * 100_000
      + b"]" * 100_000 + b"}", f": nested deeper than {MAX_DEPTH} levels"),
     ("duplicate-key.json", b'{"apiVersion": "v1", "kind": "Pod", "kind": "Pod"}',
@@ -394,3 +394,24 @@ def test_document_refs_name_file_position_and_object() -> None:
     docs = parse_documents(text, "two.yaml")
     assert [d.ref for d in docs] == ["two.yaml: document 1 Pod/web", "two.yaml: document 2 Deployment/web"]
     assert Document("t.yaml", 0, "v1", "Pod", "p", None, {}).ref == "t.yaml: Pod/p"
+
+
+@pytest.mark.parametrize("name", ["deep-flow.yaml", "deep-compact-sequence.yaml", "billion-laughs.yaml",
+                                  "not-utf8.yaml", "duplicate-key.yaml"])
+def test_the_real_process_exits_1_with_one_line(corpus: Path, name: str) -> None:
+    """In a process of its own (a crash in libyaml would kill it, not raise): exit 1, one line on stderr, nothing on
+    stdout; the file read from stdin as well as by name."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    expected = next(e for n, _, e in CORPUS if n == name)
+    path = corpus / name
+    for args, stdin in ((["-f", str(path)], None), (["-f", "-"], path.read_bytes())):
+        proc = subprocess.run([sys.executable, "-m", "cli", "validate", *args], input=stdin, capture_output=True,
+                              cwd=root, timeout=120, check=False)
+        assert proc.returncode == 1, proc.stderr[-2000:]
+        assert proc.stdout == b""
+        line = _one_line(proc.stderr.decode())
+        source = str(path) if stdin is None else "stdin"
+        assert line.startswith(f"error: {source}") and expected in line, line
