@@ -26,6 +26,10 @@ _COMPOSE_SAFE_DEPTH = 2000  # libyaml's composer recurses in C: it crashes the p
 SHORT = 60
 
 _STR = "tag:yaml.org,2002:str"
+_INT = "tag:yaml.org,2002:int"
+_COLLECTION_TAGS = frozenset({"tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"})
+MAX_INT_TEXT = 32
+MAX_DOCUMENTS = 1_000_000
 _MERGE = "tag:yaml.org,2002:merge"
 _BaseLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -189,10 +193,13 @@ class _Builder:
     def scalar(self, node: ScalarNode) -> Any:
         if node.tag == _STR:
             return node.value
+        if node.tag == _INT and len(node.value) > MAX_INT_TEXT:  # Kubernetes' integers are int64: 19 digits
+            raise self.error(node, f"{short(node.value, 30)}: an integer of more than {MAX_INT_TEXT} characters")
         try:
             return self.scalars.construct_object(node, deep=True)
         except (yaml.YAMLError, ValueError, OverflowError) as e:
             problem = getattr(e, "problem", None) or str(e)
+            problem = problem if len(problem) <= 120 else problem[:120] + "…"
             raise self.error(node, f"{short(node.value)}: {problem}") from None
 
     def start(self, node: Node) -> tuple[Any, bool]:
@@ -203,9 +210,9 @@ class _Builder:
             return hit, False
         if isinstance(node, ScalarNode):
             return self.scalar(node), False
+        if node.tag not in _COLLECTION_TAGS:  # PyYAML's safe loader refuses these too (e.g. !!python/object)
+            raise self.error(node, f"tag {short(node.tag)} is not supported")
         value: Any = {} if isinstance(node, MappingNode) else []
-        if not isinstance(node, MappingNode | SequenceNode):  # pragma: no cover - the composer makes only these
-            raise self.error(node, "unknown node")
         self.built[id(node)] = value
         return value, True
 
@@ -318,13 +325,15 @@ def _yaml_documents(text: str, source: str) -> list[Any]:
     if _nesting_bound(text) > _COMPOSE_SAFE_DEPTH:
         _check_nesting_by_events(text, source)
     loader = _Loader(text)
-    out = []
+    out: list[Any] = []
     # no cyclic garbage is made here (recursive aliases are refused), and the collector's passes over the growing
     # heap cost a large file a fifth of its load time
     collecting = gc.isenabled()
     gc.disable()
     try:
         while loader.check_node():
+            if len(out) >= MAX_DOCUMENTS:
+                raise DocumentError(f"{source}: more than {MAX_DOCUMENTS} documents, the most karpy reads from a file")
             node = loader.get_node()
             out.append(_Builder(source).build(node) if node is not None else None)
     except yaml.YAMLError as e:

@@ -415,3 +415,27 @@ def test_the_real_process_exits_1_with_one_line(corpus: Path, name: str) -> None
         line = _one_line(proc.stderr.decode())
         source = str(path) if stdin is None else "stdin"
         assert line.startswith(f"error: {source}") and expected in line, line
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("spec: {priority: " + "9" * 10_000 + "}",
+     "line 4: '99999999999999999999999999999…: an integer of more than 32"),
+    ("spec: {priority: 0x" + "f" * 100_000 + "}", "line 4: '0xfffffffffffffffffffffffffff…: an integer of more than 32"),
+    ("spec: !!python/object:os.system {a: 1}", "line 4: tag 'tag:yaml.org,2002:python/object:os.system' is not "
+                                               "supported"),
+    ("spec: {nodeName: !!python/name:os.system x}", "line 4: 'x': could not determine a constructor for the tag"),
+    ("spec: {}\nstatus: {startTime: 2024-13-45}", "line 5: '2024-13-45': month must be in 1..12"),
+])
+def test_scalars_and_tags_are_bounded(text: str, expected: str) -> None:
+    with pytest.raises(DocumentError) as info:
+        parse_documents("apiVersion: v1\nkind: Pod\nmetadata: {name: x}\n" + text, "s.yaml")
+    assert str(info.value).startswith("s.yaml: ") and expected in str(info.value), str(info.value)
+    assert len(str(info.value)) < 300
+
+
+def test_documents_per_file_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    import controller.api.documents as documents
+
+    monkeypatch.setattr(documents, "MAX_DOCUMENTS", 1000)
+    with pytest.raises(DocumentError, match=r"^d\.yaml: more than 1000 documents"):
+        parse_documents("---\n" * 1001 + "a: 1\n", "d.yaml")
