@@ -420,7 +420,8 @@ def test_the_real_process_exits_1_with_one_line(corpus: Path, name: str) -> None
 @pytest.mark.parametrize(("text", "expected"), [
     ("spec: {priority: " + "9" * 10_000 + "}",
      "line 4: '99999999999999999999999999999…: an integer of more than 32"),
-    ("spec: {priority: 0x" + "f" * 100_000 + "}", "line 4: '0xfffffffffffffffffffffffffff…: an integer of more than 32"),
+    ("spec: {priority: 0x" + "f" * 100_000 + "}",
+     "line 4: '0xfffffffffffffffffffffffffff…: an integer of more than 32"),
     ("spec: !!python/object:os.system {a: 1}", "line 4: tag 'tag:yaml.org,2002:python/object:os.system' is not "
                                                "supported"),
     ("spec: {nodeName: !!python/name:os.system x}", "line 4: 'x': could not determine a constructor for the tag"),
