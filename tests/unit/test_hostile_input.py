@@ -440,3 +440,36 @@ def test_documents_per_file_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setattr(documents, "MAX_DOCUMENTS", 1000)
     with pytest.raises(DocumentError, match=r"^d\.yaml: more than 1000 documents"):
         parse_documents("---\n" * 1001 + "a: 1\n", "d.yaml")
+
+
+def test_random_edits_of_the_examples_end_in_an_error_or_a_plan() -> None:
+    """Characters deleted, YAML syntax inserted (brackets, anchors, aliases, merges, tags, odd scalars) at random
+    places of the examples, fixed seed: every command's path ends in its own error type or succeeds."""
+    import random
+
+    root = Path(__file__).resolve().parents[2] / "examples"
+    base = "\n---\n".join((root / n).read_text() for n in ("workloads.yaml", "nodepools.yaml", "ec2nodeclasses.yaml"))
+    tokens = ["[", "]", "{", "}", ": ", "- ", "&a ", "*a", "<<: ", "!!binary ", "\n", "  ", "-1", "1e999", ".nan",
+              "null", "'", '"', "\t", "?", "|", ">", "!!set ", "0x" + "f" * 40]
+    rng = random.Random(20)
+    outcomes = {"error": 0, "plan": 0}
+    for _ in range(300):
+        chars = list(base)
+        for _ in range(rng.randint(1, 4)):
+            pos = rng.randrange(len(chars))
+            if rng.random() < 0.4:
+                del chars[pos:pos + rng.randint(1, 5)]
+            else:
+                chars.insert(pos, rng.choice(tokens))
+        try:
+            docs = parse_documents("".join(chars), "f.yaml")
+            for d in docs:
+                validate_document(d)
+                shape_errors(d)
+            convert_and_validate(docs)
+            simulate_documents(docs, catalog="benchmark")
+            outcomes["plan"] += 1
+        except OK_ERRORS as e:
+            assert all(len(line) < 600 for line in str(e).splitlines()), str(e)[:700]
+            outcomes["error"] += 1
+    assert outcomes["error"] > 50 and outcomes["plan"] > 0, outcomes
