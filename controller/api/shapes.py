@@ -89,7 +89,8 @@ POD_SPEC = P(
     topologySpreadConstraints=A(P(maxSkew=I(minimum=1), topologyKey=S(), whenUnsatisfiable=S(),
                                   labelSelector=_label_selector(), minDomains=I(minimum=1),
                                   nodeAffinityPolicy=S(), nodeTaintsPolicy=S(), matchLabelKeys=A(S()))),
-    volumes=A(P(name=S(), persistentVolumeClaim=P(claimName=S()))),
+    volumes=A(P(name=S(), persistentVolumeClaim=P(claimName=S()), emptyDir=P(sizeLimit=Q(check=non_negative)),
+                ephemeral=P(volumeClaimTemplate=P(spec=P(resources=P(requests=_amounts(), limits=_amounts())))))),
 )
 
 

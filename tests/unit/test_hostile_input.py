@@ -172,6 +172,9 @@ CORPUS: list[tuple[str, bytes, str]] = [
     ("negative-pvc.yaml", _yaml({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "c"},
                                  "spec": {"resources": {"requests": {"storage": "-5Gi"}}}}),
      ": document 1 PersistentVolumeClaim/c: spec.resources.requests[storage]: '-5Gi' is negative"),
+    ("negative-emptydir.yaml", _yaml({**POD, "spec": {**POD_SPEC, "volumes": [
+        {"name": "scratch", "emptyDir": {"sizeLimit": "-1Gi"}}]}}),
+     ": document 1 Pod/web: spec.volumes[0].emptyDir.sizeLimit: '-1Gi' is negative"),
     ("billion-replicas.yaml", _yaml({**DEPLOYMENT, "spec": {**DEPLOYMENT["spec"], "replicas": 10**9}}),
      f": document 1 Deployment/web: spec.replicas: 1000000000 is more than {MAX_PODS}, the most pods karpy simulate"),
     ("long-name.yaml", _yaml({**POD, "spec": {"containers": {"x" * 10_000: 1}}}),
