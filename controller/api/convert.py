@@ -20,11 +20,16 @@ ALIASES = {"AL2": "al2", "AL2023": "al2023", "Bottlerocket": "bottlerocket", "Wi
            "Windows2022": "windows2022"}
 
 
+class ConvertError(ValueError):
+    """Input convert cannot turn into v1, or v1 output that `karpy validate` would refuse; one line per problem."""
+
+
 class _Converter:
     def __init__(self, docs: list[Document]) -> None:
         self.docs = docs
         self.leftovers: list[str] = []
         self.kubelet_for: dict[str, tuple[dict[str, Any], str]] = {}  # nodeclass name -> kubelet, from which pool
+        self.origins: list[Document] = []  # the input document of each output manifest
 
     def left(self, doc: Document, path: str, reason: str) -> None:
         self.leftovers.append(f"{doc.ref}: {path}: {reason}")
@@ -189,23 +194,34 @@ class _Converter:
                                   "detailedMonitoring", "launchTemplate", "context"}, "spec")
         return {"apiVersion": AWS_V1, "kind": "EC2NodeClass", "metadata": self._meta(doc.raw), "spec": out}
 
+    def convert(self, doc: Document) -> dict[str, Any] | None:
+        key = (doc.api_version, doc.kind)
+        if key == ("karpenter.sh/v1beta1", "NodePool"):
+            return self.nodepool_v1beta1(doc)
+        if key == ("karpenter.k8s.aws/v1beta1", "EC2NodeClass"):
+            return self.ec2nodeclass_v1beta1(doc)
+        if key == ("karpenter.sh/v1alpha5", "Provisioner"):
+            return self.provisioner(doc)
+        if key == ("karpenter.k8s.aws/v1alpha1", "AWSNodeTemplate"):
+            return self.awsnodetemplate(doc)
+        if doc.kind in ("NodeClaim", "Machine") and doc.api_version in ("karpenter.sh/v1beta1",
+                                                                        "karpenter.sh/v1alpha5"):
+            self.left(doc, "", "NodeClaims/Machines are created by Karpenter; not converted")
+            return None
+        return copy.deepcopy(doc.raw)
+
     def run(self) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         for doc in self.docs:
-            key = (doc.api_version, doc.kind)
-            if key == ("karpenter.sh/v1beta1", "NodePool"):
-                out.append(self.nodepool_v1beta1(doc))
-            elif key == ("karpenter.k8s.aws/v1beta1", "EC2NodeClass"):
-                out.append(self.ec2nodeclass_v1beta1(doc))
-            elif key == ("karpenter.sh/v1alpha5", "Provisioner"):
-                out.append(self.provisioner(doc))
-            elif key == ("karpenter.k8s.aws/v1alpha1", "AWSNodeTemplate"):
-                out.append(self.awsnodetemplate(doc))
-            elif doc.kind in ("NodeClaim", "Machine") and doc.api_version in ("karpenter.sh/v1beta1",
-                                                                              "karpenter.sh/v1alpha5"):
-                self.left(doc, "", "NodeClaims/Machines are created by Karpenter; not converted")
-            else:
-                out.append(copy.deepcopy(doc.raw))
+            try:
+                converted = self.convert(doc)
+            except (AttributeError, TypeError, KeyError, ValueError) as e:
+                # a field of the wrong type (spec: 5, a list for a map): the old schema's shape is not there
+                raise ConvertError(f"{doc.ref}: not a {doc.api_version} {doc.kind} karpy can convert: a field has the "
+                                   f"wrong type ({type(e).__name__}: {str(e)[:100]})") from None
+            if converted is not None:
+                out.append(converted)
+                self.origins.append(doc)
         # kubelet settings move onto the EC2NodeClass the pool references
         for name, (kubelet, source) in self.kubelet_for.items():
             target = next((m for m in out if m.get("kind") == "EC2NodeClass"
@@ -228,3 +244,24 @@ def convert_documents(docs: list[Document]) -> tuple[list[dict[str, Any]], list[
     conv = _Converter(docs)
     manifests = conv.run()
     return manifests, conv.leftovers
+
+
+def convert_and_validate(docs: list[Document]) -> tuple[list[dict[str, Any]], list[str], list[str]]:
+    """convert_documents, plus what `karpy validate` would say about the output: each error named after the input
+    document it came from ("file: document N Kind/name: path: message (in the v1 output)"). Convert must not print
+    v1 that does not validate."""
+    from controller.api.shapes import shape_errors
+    from controller.api.validation import validate_document
+
+    conv = _Converter(docs)
+    manifests = conv.run()
+    errors: list[str] = []
+    for origin, manifest in zip(conv.origins, manifests, strict=True):
+        raw_meta = manifest.get("metadata")
+        meta: dict[str, Any] = raw_meta if isinstance(raw_meta, dict) else {}
+        out = Document(source=origin.source, index=origin.index, api_version=str(manifest.get("apiVersion") or ""),
+                       kind=str(manifest.get("kind") or ""), name=str(meta.get("name") or origin.name),
+                       namespace=meta.get("namespace"), raw=manifest, position=origin.position)
+        errors.extend(f"{e} (in the v1 output)" for e in validate_document(out))
+        errors.extend(f"{e} (in the output)" for e in shape_errors(out))
+    return manifests, conv.leftovers, errors

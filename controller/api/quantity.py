@@ -7,6 +7,7 @@ kubelet and scheduler do.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from decimal import Decimal, InvalidOperation
@@ -22,30 +23,61 @@ PODS = "pods"
 EPHEMERAL_STORAGE = "ephemeral-storage"
 
 
+# Kubernetes keeps a quantity's value in an int64; anything larger is no real resource (and a string such as
+# 1e999999999 would otherwise cost minutes to turn into an integer). Canonical amounts stay within int64 too.
+MAX_QUANTITY = Decimal(2**63 - 1)
+_MAX_TEXT = 64
+
+
 class QuantityError(ValueError):
     """A string that is not a Kubernetes quantity."""
 
 
+def _short(value: object) -> str:
+    text = repr(value[:_MAX_TEXT + 1]) if isinstance(value, str) else repr(value)
+    return text if len(text) <= _MAX_TEXT else text[:_MAX_TEXT] + "…"
+
+
 def parse_quantity(value: str | int | float) -> Decimal:
-    """Parse a Kubernetes quantity into an exact Decimal in base units (cores, bytes, counts)."""
-    if isinstance(value, bool):
-        raise QuantityError(f"{value!r} is not a quantity")
+    """Parse a Kubernetes quantity into an exact Decimal in base units (cores, bytes, counts); NaN, infinities and
+    magnitudes past Kubernetes' int64 range are errors."""
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise QuantityError(f"{_short(value)} is not a quantity")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise QuantityError(f"{_short(value)} is not a finite quantity")
     if isinstance(value, int | float):
-        return Decimal(str(value))
-    text = str(value).strip()
-    m = _QUANTITY.match(text)
+        number = Decimal(str(value)) if abs(value) < 10**30 else None
+        if number is None or abs(number) > MAX_QUANTITY:
+            raise QuantityError(f"{_short(value)} is too large a quantity (at most {MAX_QUANTITY:.3e})")
+        return number
+    return _parse_text(value)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_text(value: str) -> Decimal:
+    """parse_quantity of a string, cached: a large file repeats a few request values thousands of times, each read
+    by validation and by the scheduler's input (Decimal is immutable, errors are not cached)."""
+    text = value.strip()
+    m = _QUANTITY.match(text) if len(text) <= _MAX_TEXT else None
     if not m:
-        raise QuantityError(f"{value!r} is not a quantity (expected e.g. 100m, 512Mi, 2)")
+        raise QuantityError(f"{_short(value)} is not a quantity (expected e.g. 100m, 512Mi, 2)")
     try:
         number = Decimal(m.group(1))
     except InvalidOperation as e:  # pragma: no cover - the regex already guards this
         raise QuantityError(f"{value!r} is not a quantity") from e
     suffix = m.group(2) or ""
     if suffix in _BINARY:
-        return number * _BINARY[suffix]
-    if suffix[:1] in ("e", "E"):
-        return number * (Decimal(10) ** int(suffix[1:]))
-    return number * _DECIMAL[suffix]
+        q = number * _BINARY[suffix]
+    elif suffix[:1] in ("e", "E"):
+        exponent = int(suffix[1:])
+        if abs(exponent) > 30:
+            raise QuantityError(f"{_short(value)} is too large a quantity (at most {MAX_QUANTITY:.3e})")
+        q = number * (Decimal(10) ** exponent)
+    else:
+        q = number * _DECIMAL[suffix]
+    if abs(q) > MAX_QUANTITY:
+        raise QuantityError(f"{_short(value)} is too large a quantity (at most {MAX_QUANTITY:.3e})")
+    return q
 
 
 def to_canonical(resource: str, value: str | int | float) -> int:
@@ -53,7 +85,17 @@ def to_canonical(resource: str, value: str | int | float) -> int:
     q = parse_quantity(value)
     if resource == CPU:
         q = q * 1000
+        if abs(q) > MAX_QUANTITY:
+            raise QuantityError(f"{_short(value)} is too large a cpu quantity")
     return math.ceil(q)
+
+
+def to_canonical_non_negative(resource: str, value: str | int | float) -> int:
+    """to_canonical for amounts that cannot be negative (requests, limits, capacity, reserved, volume sizes)."""
+    amount = to_canonical(resource, value)
+    if amount < 0 or parse_quantity(value) < 0:
+        raise QuantityError(f"{_short(value)} is negative")
+    return amount
 
 
 def resources_from_dict(raw: dict[str, str | int | float] | None) -> dict[str, int]:

@@ -37,7 +37,13 @@ class ValidationError:
     message: str
 
     def __str__(self) -> str:
-        return f"{self.document}: {self.path}: {self.message}" if self.path else f"{self.document}: {self.message}"
+        # bounded: a path or message quoting a hostile key or value is cut, never printed whole
+        path, message = _cut(self.path, 200), _cut(self.message, 300)
+        return f"{self.document}: {path}: {message}" if path else f"{self.document}: {message}"
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit] + "…"
 
 
 class InvalidDocument(Exception):
@@ -251,7 +257,12 @@ def validate_document(doc: Document) -> list[ValidationError]:
     issues: list[ValidationIssue] = []
     validate(doc.raw, schema, "", issues)
     _metadata(doc.raw.get("metadata"), issues)
-    RULES[doc.kind](doc.raw, issues)
+    try:
+        RULES[doc.kind](doc.raw, issues)
+    except (AttributeError, TypeError, ValueError) as e:
+        # a cross-field rule tripped over a wrongly typed value, which the schema has reported already
+        if not issues:
+            issues.append(ValidationIssue("", f"cannot be checked: {type(e).__name__}: {str(e)[:120]}"))
     seen: set[tuple[str, str]] = set()
     out = []
     for i in issues:

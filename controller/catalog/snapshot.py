@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -107,26 +109,48 @@ def snapshot_from_ec2(ec2: Any, region: str, path: str | Path, generated: str, l
                           generated=generated)
 
 
+def _price(value: Any) -> float:
+    """A price from a snapshot: a finite, non-negative number."""
+    price = float(value)
+    if not math.isfinite(price) or price < 0:
+        raise ValueError(f"price {str(value)[:20]!r} is not a finite non-negative number")
+    return price
+
+
 def _read(path: Path, name: str) -> Catalog:
+    """A snapshot file as a Catalog; anything else (not gzip/JSON, another format, a field of the wrong type) is one
+    ValueError line naming the file and, where it can, the entry at fault."""
     try:
         with gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb") as f:
             doc = json.loads(f.read())
-    except (OSError, json.JSONDecodeError) as e:
-        raise ValueError(f"{path}: not a readable catalog snapshot: {e}") from e
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT_VERSION or "instanceTypes" not in doc:
+    except (OSError, EOFError, zlib.error, ValueError, RecursionError) as e:
+        reason = " ".join(str(e).split())[:160]
+        raise ValueError(f"{path}: not a readable catalog snapshot: {type(e).__name__}: {reason}") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT_VERSION or not isinstance(doc.get("instanceTypes"),
+                                                                                          list):
         raise ValueError(f"{path}: not a karpy catalog snapshot (format {FORMAT_VERSION} expected)")
-    region = doc["region"]
+    try:
+        region = str(doc["region"])
+        zones = [str(z) for z in doc["zones"]]
+        price_source, generated = str(doc["priceSource"]), str(doc["generated"])
+    except (KeyError, TypeError) as e:
+        raise ValueError(f"{path}: not a karpy catalog snapshot: missing or malformed {str(e)[:60]}") from None
     types: list[InstanceType] = []
     infos: list[dict[str, Any]] = []
-    for entry in doc["instanceTypes"]:
-        info = entry["info"]
-        offerings = [Offering(zone=z, capacity_type=L.CAPACITY_TYPE_ON_DEMAND, price=entry["onDemand"])
-                     for z in entry["zones"]]
-        offerings += [Offering(zone=z, capacity_type=L.CAPACITY_TYPE_SPOT, price=p) for z, p in entry["spot"].items()]
-        types.append(instance_type_from_ec2(info, offerings, region=region))
+    for i, entry in enumerate(doc["instanceTypes"]):
+        try:
+            info = entry["info"]
+            offerings = [Offering(zone=str(z), capacity_type=L.CAPACITY_TYPE_ON_DEMAND, price=_price(entry["onDemand"]))
+                         for z in entry["zones"]]
+            offerings += [Offering(zone=str(z), capacity_type=L.CAPACITY_TYPE_SPOT, price=_price(p))
+                          for z, p in entry["spot"].items()]
+            types.append(instance_type_from_ec2(info, offerings, region=region))
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError, ArithmeticError) as e:
+            reason = " ".join(str(e).split())[:100]
+            raise ValueError(f"{path}: instanceTypes[{i}]: malformed entry ({type(e).__name__}: {reason})") from None
         infos.append(info)
-    return Catalog(name=name, region=region, zones=doc["zones"], price_source=doc["priceSource"],
-                   generated=doc["generated"], instance_types=types, _infos=infos)
+    return Catalog(name=name, region=region, zones=zones, price_source=price_source,
+                   generated=generated, instance_types=types, _infos=infos)
 
 
 def load_prices(name: str = "aws-us-east-1") -> PriceTable:

@@ -12,6 +12,7 @@ from controller.api import labels as L
 from controller.api import parse_ec2nodeclass, parse_nodepool, validate_document
 from controller.api.documents import Document
 from controller.api.models import EC2NodeClass
+from controller.api.shapes import shape_errors
 from controller.catalog.snapshot import Catalog, load_catalog
 from controller.catalog.types import InstanceType
 from controller.provisioning import inputs
@@ -20,9 +21,20 @@ from controller.scheduling.scheduler import Plan, Scheduler
 from controller.scheduling.types import ExistingNode, SchedNodePool
 from controller.simulate.workloads import SimulationInputs, classify
 
+MAX_ERRORS_SHOWN = 20
+
 
 class SimulationError(ValueError):
     """Input the simulation cannot run on; the message names every document and field at fault."""
+
+
+def errors_message(errors: list[str]) -> str:
+    """One line for one error; for several, a count then one line each (at most MAX_ERRORS_SHOWN)."""
+    if len(errors) == 1:
+        return errors[0]
+    shown = errors[:MAX_ERRORS_SHOWN]
+    more = [f"... and {len(errors) - len(shown)} more"] if len(errors) > len(shown) else []
+    return "\n".join([f"{len(errors)} errors in the input:", *shown, *more])
 
 
 @dataclass
@@ -103,8 +115,9 @@ def _pod(raw: dict[str, Any], where: str, volumes: inputs.VolumeTopology | None 
 def simulate_documents(documents: list[Document], catalog: str = "aws-us-east-1") -> SimulationResult:
     """Run the simulation on parsed documents against a catalog (bundled name or snapshot path)."""
     errors = [str(e) for d in documents for e in validate_document(d)]
+    errors += [e for d in documents for e in shape_errors(d)]
     if errors:
-        raise SimulationError("invalid input:\n" + "\n".join(errors))
+        raise SimulationError(errors_message(errors))
     try:
         sim = classify(documents)
     except inputs.InputError as e:
@@ -123,7 +136,7 @@ def simulate_documents(documents: list[Document], catalog: str = "aws-us-east-1"
     pools = _node_pools(sim.nodepools, cat, nodeclasses, usage)
     if not pools:
         notes.append("no NodePool given: only existing nodes can take pods")
-    pods = [_pod(p, "", sim.volumes) for p in sim.pending_pods]
+    pods = [_pod(p, ref, sim.volumes) for p, ref in zip(sim.pending_pods, sim.pending_refs, strict=True)]
     daemonsets = []
     for doc in sim.daemonsets:
         try:

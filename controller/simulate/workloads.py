@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from controller.api.documents import Document
+from controller.api.shapes import MAX_PODS, pod_count
 from controller.provisioning.inputs import InputError, VolumeTopology, template_pod
 
 # kind -> where the pod template lives and how many pods the controller makes
@@ -33,6 +34,7 @@ class SimulationInputs:
     nodepools: list[Document] = field(default_factory=list)
     nodeclasses: list[Document] = field(default_factory=list)
     pending_pods: list[dict[str, Any]] = field(default_factory=list)
+    pending_refs: list[str] = field(default_factory=list)  # the document each pending pod comes from
     bound_pods: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # node name -> pods on it
     daemonsets: list[Document] = field(default_factory=list)
     nodes: list[Document] = field(default_factory=list)
@@ -129,6 +131,14 @@ def classify(documents: list[Document]) -> SimulationInputs:
     out = SimulationInputs()
     # claims a StatefulSet will create; a PersistentVolumeClaim document of the same name wins
     templates: dict[tuple[str, str], dict[str, Any]] = {}
+    pods = 0
+    for doc in documents:  # counted before anything is expanded
+        count = pod_count(doc)
+        if pods + count > MAX_PODS:
+            field_ = "" if doc.kind == "Pod" else " (spec.replicas, parallelism or completions)"
+            raise InputError(f"{doc.ref}: {count} pod(s){field_} make more than {MAX_PODS} pods in this run, the "
+                             "most karpy simulate expands; simulate a sample")
+        pods += count
     for doc in documents:
         kind = doc.kind
         if kind == "NodePool":
@@ -149,8 +159,11 @@ def classify(documents: list[Document]) -> SimulationInputs:
                 continue  # accounted for through its DaemonSet
             else:
                 out.pending_pods.append(pod)
+                out.pending_refs.append(doc.ref)
         elif kind in WORKLOAD_KINDS:
-            out.pending_pods.extend(expand_workload(doc))
+            expanded = expand_workload(doc)
+            out.pending_pods.extend(expanded)
+            out.pending_refs.extend([doc.ref] * len(expanded))
             if kind == "StatefulSet":
                 spec = doc.raw.get("spec") or {}
                 for i in range(int(spec.get("replicas", 1) or 0)):

@@ -95,3 +95,55 @@ def test_a_failing_handler_leaves_the_message_for_redelivery(queue):
     assert [e.instance_ids for e in calls] == [("i-0def",), ("i-0def",)]
     assert consumer.metrics[FAILED]["spot_interrupted"] == 1
     assert consumer.metrics[DELETED]["spot_interrupted"] == 1
+
+
+def test_a_batch_mixing_aws_events_and_hostile_bodies_is_all_deleted_and_the_good_ones_acted_on(queue):
+    """AWS's recorded event bodies (each with an instance id of its own) and hostile bodies share receive batches:
+    every message is judged alone, every one is deleted, the events reach the handler and the rest are counted under
+    the fixed "unknown" message type."""
+    from controller import metrics
+    from controller.cloud.aws.interruption import MESSAGE_TYPES, UNKNOWN
+    from tests.unit.test_interruption_messages import (
+        AWS_HEALTH_SCHEDULED_CHANGE,
+        AWS_REBALANCE,
+        AWS_SPOT_INTERRUPTION,
+        AWS_STATE_CHANGE,
+    )
+
+    sqs, _, url = queue
+    ids = [f"i-{uuid.uuid4().hex[:17]}" for _ in range(4)]
+    good = [AWS_SPOT_INTERRUPTION.replace("i-1234567890abcdef0", ids[0]),
+            AWS_REBALANCE.replace("i-1234567890abcdef0", ids[1]),
+            AWS_STATE_CHANGE.replace("i-abcd1111", ids[2]),
+            AWS_HEALTH_SCHEDULED_CHANGE.replace("i-abcd1111", ids[3]).replace("i-0123456789abcdef0", ids[3])]
+    hostile = ['{"source": "aws.ec2", "detail": ' + "[" * 50_000 + "]" * 50_000 + "}",
+               '{"source": "aws.ec2", "detail-type": "x", "id": ' + "9" * 50_000 + "}",
+               json.dumps({"source": "com.example", "detail-type": "Deploy", "detail": {}}),
+               json.dumps({"source": "aws.ec2", "detail-type": ["EC2 Spot Instance Interruption Warning"],
+                           "detail": {"instance-id": ids[0]}}),
+               json.dumps({"source": "aws.ec2", "detail-type": "EC2 Spot Instance Interruption Warning",
+                           "detail": {"instance-id": {"$ne": None}}}),
+               "not json at all"]
+    bodies = good + hostile
+    order = list(range(len(bodies)))
+    order = order[::2] + order[1::2]  # good and hostile interleaved on the queue
+    for i in order:
+        sqs.send_message(QueueUrl=url, MessageBody=bodies[i])
+    before = {t: metrics.INTERRUPTION_RECEIVED.labels(message_type=t)._value.get() for t in MESSAGE_TYPES}
+    seen: list[Event] = []
+    consumer = InterruptionQueue(sqs, url, seen.append, wait_seconds=1)
+    _drain(consumer, len(bodies))
+    assert sorted(e.instance_ids[0] for e in seen) == sorted(ids)
+    assert consumer.metrics[RECEIVED][UNKNOWN] == len(hostile)
+    assert sum(consumer.metrics[DELETED].values()) == len(bodies)
+    assert consumer.metrics[DELETED][UNKNOWN] == len(hostile)
+    after = {t: metrics.INTERRUPTION_RECEIVED.labels(message_type=t)._value.get() for t in MESSAGE_TYPES}
+    assert after[UNKNOWN] - before[UNKNOWN] == len(hostile)
+    assert sum(after.values()) - sum(before.values()) == len(bodies)
+    # the counter's label values stay within the known set, whatever the bodies said
+    labels = {s.labels.get("message_type") for m in metrics.REGISTRY.collect()
+              if m.name == "karpenter_interruption_received_messages" for s in m.samples}
+    assert labels <= set(MESSAGE_TYPES)
+    attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages",
+                                                                   "ApproximateNumberOfMessagesNotVisible"])
+    assert attrs["Attributes"] == {"ApproximateNumberOfMessages": "0", "ApproximateNumberOfMessagesNotVisible": "0"}

@@ -160,8 +160,8 @@ spec:
     assert nodeclass["spec"]["kubelet"] == {"maxPods": 50}
     assert nodeclass["spec"]["amiSelectorTerms"] == [{"alias": "bottlerocket@latest"}]
     assert "amiFamily" not in nodeclass["spec"]
-    assert leftovers == ["beta.yaml: NodePool/web: spec.template.spec.resources: removed in v1 (requests come from "
-                         "the pods)"]
+    assert leftovers == ["beta.yaml: document 1 NodePool/web: spec.template.spec.resources: removed in v1 (requests "
+                         "come from the pods)"]
     orphan = parse_documents(text.split("---")[0], "pool-only.yaml")
     _, leftovers = convert_documents(orphan)
     assert any("kubelet: moves to EC2NodeClass 'web'" in x for x in leftovers)

@@ -77,3 +77,157 @@ def test_health_event_with_several_instances():
     assert isinstance(event, ScheduledChange)
     assert event.instance_ids == ("i-1", "i-2")
     assert event.event_type_code == "AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED"
+
+
+# ---- recorded AWS event bodies, as AWS's documentation prints them ---------------------------------------------------
+# EC2 User Guide, "Spot Instance interruption notices" (EC2 Spot Instance Interruption Warning event)
+AWS_SPOT_INTERRUPTION = """{
+    "version": "0",
+    "id": "12345678-1234-1234-1234-123456789012",
+    "detail-type": "EC2 Spot Instance Interruption Warning",
+    "source": "aws.ec2",
+    "account": "123456789012",
+    "time": "yyyy-mm-ddThh:mm:ssZ",
+    "region": "us-east-2",
+    "resources": ["arn:aws:ec2:us-east-2:123456789012:instance/i-1234567890abcdef0"],
+    "detail": {
+        "instance-id": "i-1234567890abcdef0",
+        "instance-action": "action"
+    }
+}"""
+# EC2 User Guide, "EC2 instance rebalance recommendations" (EC2 Instance Rebalance Recommendation event)
+AWS_REBALANCE = """{
+    "version": "0",
+    "id": "12345678-1234-1234-1234-123456789012",
+    "detail-type": "EC2 Instance Rebalance Recommendation",
+    "source": "aws.ec2",
+    "account": "123456789012",
+    "time": "yyyy-mm-ddThh:mm:ssZ",
+    "region": "us-east-2",
+    "resources": ["arn:aws:ec2:us-east-2:123456789012:instance/i-1234567890abcdef0"],
+    "detail": {
+        "instance-id": "i-1234567890abcdef0"
+    }
+}"""
+# EventBridge User Guide, example event "EC2 Instance State-change Notification"
+AWS_STATE_CHANGE = """{
+   "id":"7bf73129-1428-4cd3-a780-95db273d1602",
+   "detail-type":"EC2 Instance State-change Notification",
+   "source":"aws.ec2",
+   "account":"123456789012",
+   "time":"2019-11-11T21:29:54Z",
+   "region":"us-east-1",
+   "resources":[
+      "arn:aws:ec2:us-east-1:123456789012:instance/i-abcd1111"
+   ],
+   "detail":{
+      "instance-id":"i-abcd1111",
+      "state":"stopping"
+   }
+}"""
+# AWS Health User Guide, "AWS Health events Amazon EventBridge schema": sample payload of an EC2 scheduled change
+AWS_HEALTH_SCHEDULED_CHANGE = """{
+  "version": "0",
+  "id": "7fb65329-1628-4cf3-a740-95fg457h1402",
+  "detail-type": "AWS Health Event",
+  "source": "aws.health",
+  "account": "123456789012",
+  "time": "2023-01-26T01:43:21Z",
+  "region": "us-east-1",
+  "resources": ["i-abcd1111"],
+  "detail": {
+    "eventArn": "arn:aws:health:us-east-1::event/EC2/AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED/ABC123-DEF456",
+    "service": "EC2",
+    "eventScopeCode": "ACCOUNT_SPECIFIC",
+    "communicationId": "1234abc01232a4012345678-1",
+    "lastUpdatedTime": "Thu, 26 Jan 2023 19:01:55 GMT",
+    "statusCode": "upcoming",
+    "eventRegion": "us-east-1",
+    "eventTypeCode": "AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED",
+    "eventTypeCategory": "scheduledChange",
+    "startTime": "Thu, 26 Jan 2023 13:19:03 GMT",
+    "endTime": "Thu, 26 Jan 2023 14:19:03 GMT",
+    "eventDescription": [{
+      "language": "en_US",
+      "latestDescription": "EC2 has detected degradation of the underlying hardware hosting your instance."
+    }],
+    "affectedEntities": [
+      {"entityValue": "i-abcd1111", "lastUpdatedTime": "Thu, 26 Jan 2023 19:01:55 GMT", "statusCode": "PENDING"},
+      {"entityValue": "i-0123456789abcdef0", "statusCode": "PENDING"}
+    ],
+    "affectedAccount": "123456789012"
+  }
+}"""
+
+
+def test_recorded_aws_bodies_parse_to_karpenters_events() -> None:
+    spot = parse_message(AWS_SPOT_INTERRUPTION)
+    assert type(spot) is SpotInterruption and spot.instance_ids == ("i-1234567890abcdef0",)
+    assert spot.id == "12345678-1234-1234-1234-123456789012" and action_for(spot) == Action.CORDON_AND_DRAIN
+    rebalance = parse_message(AWS_REBALANCE)
+    assert type(rebalance) is RebalanceRecommendation and rebalance.instance_ids == ("i-1234567890abcdef0",)
+    assert action_for(rebalance) == Action.NO_ACTION
+    state = parse_message(AWS_STATE_CHANGE)
+    assert type(state) is StateChange and state.instance_ids == ("i-abcd1111",) and state.state == "stopping"
+    assert action_for(state) == Action.CORDON_AND_DRAIN
+    health = parse_message(AWS_HEALTH_SCHEDULED_CHANGE)
+    assert type(health) is ScheduledChange and health.instance_ids == ("i-abcd1111", "i-0123456789abcdef0")
+    assert health.event_type_code == "AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED"
+    assert action_for(health) == Action.CORDON_AND_DRAIN
+
+
+def _with(body: str, path: tuple[str, ...], value: object) -> str:
+    doc = json.loads(body)
+    target = doc
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    return json.dumps(doc)
+
+
+HOSTILE_BODIES = [
+    ("deeply nested", '{"source": "aws.ec2", "detail": ' + "[" * 100_000 + "]" * 100_000 + "}",
+     "not JSON karpy reads: nested too deeply"),
+    ("huge integer", '{"source": "aws.ec2", "detail-type": "x", "id": ' + "9" * 100_000 + "}",
+     "number with more than 20 digits"),
+    ("NaN", '{"source": "aws.ec2", "detail-type": "x", "id": NaN}', "NaN is not a JSON number"),
+    ("not JSON", "\x00\xff garbage", "not JSON: Expecting value at line 1 column 1"),
+    ("empty", "", "not JSON: Expecting value"),
+    ("JSON string", '"aws.ec2"', "not a JSON object: str"),
+    ("too large", json.dumps({"source": "aws.ec2", "pad": "x" * 300_000}), "larger than SQS allows"),
+    ("foreign source", _with(AWS_SPOT_INTERRUPTION, ("source",), "com.example.deploys"),
+     "foreign source 'com.example.deploys'"),
+    ("source of the wrong type", _with(AWS_SPOT_INTERRUPTION, ("source",), ["aws.ec2"]), "foreign source <list of 1>"),
+    ("wrong detail-type", _with(AWS_SPOT_INTERRUPTION, ("detail-type",), "EC2 AMI State Change"),
+     "unknown detail-type 'EC2 AMI State Change'"),
+    ("detail-type of the wrong type", _with(AWS_SPOT_INTERRUPTION, ("detail-type",), {"a": 1}),
+     "detail-type must be a string, got <dict of 1>"),
+    ("detail a list", _with(AWS_SPOT_INTERRUPTION, ("detail",), [1, 2]), "missing field 'detail'"),
+    ("instance id an object", _with(AWS_SPOT_INTERRUPTION, ("detail", "instance-id"), {"id": "i-1"}),
+     "field 'detail.instance-id' must be a string, got dict <dict of 1>"),
+    ("instance id a number", _with(AWS_REBALANCE, ("detail", "instance-id"), 12345678),
+     "field 'detail.instance-id' must be a string, got int 12345678"),
+    ("instance id huge", _with(AWS_STATE_CHANGE, ("detail", "instance-id"), "i-" + "a" * 100_000),
+     "field 'detail.instance-id' is longer than 128 characters"),
+    ("state a list", _with(AWS_STATE_CHANGE, ("detail", "state"), ["stopping"]),
+     "field 'detail.state' must be a string, got list"),
+    ("health for another service", _with(AWS_HEALTH_SCHEDULED_CHANGE, ("detail", "service"), "RDS"),
+     "AWS Health event for 'RDS'/'scheduledChange' is not an EC2 scheduled change"),
+    ("health entities not a list", _with(AWS_HEALTH_SCHEDULED_CHANGE, ("detail", "affectedEntities"), "i-abcd1111"),
+     "missing field 'detail.affectedEntities'"),
+    ("health entity value an object", _with(AWS_HEALTH_SCHEDULED_CHANGE, ("detail", "affectedEntities"),
+                                            [{"entityValue": {"x": 1}}]),
+     "field 'detail.affectedEntities[].entityValue' must be a string"),
+    ("health with too many entities", _with(AWS_HEALTH_SCHEDULED_CHANGE, ("detail", "affectedEntities"),
+                                            [{"entityValue": "i-abcd1111"}] * 1001),
+     "lists more than 1000 entities"),
+]
+
+
+@pytest.mark.parametrize(("body", "message"), [(b, m) for _, b, m in HOSTILE_BODIES],
+                         ids=[n for n, _, _ in HOSTILE_BODIES])
+def test_hostile_bodies_are_a_message_error_with_a_short_reason(body: str, message: str) -> None:
+    with pytest.raises(MessageError) as info:
+        parse_message(body)
+    assert message in str(info.value)
+    assert len(str(info.value)) < 200

@@ -103,11 +103,13 @@ spec:
   limit: {cpu: "10"}
   template: {spec: {nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: d}, requirements: []}}
 """
-    with pytest.raises(SimulationError, match=r'x\.yaml: NodePool/broken: spec\.limit: unknown field; did you mean'):
+    with pytest.raises(SimulationError,
+                       match=r'x\.yaml: document 1 NodePool/broken: spec\.limit: unknown field; did you mean'):
         simulate_documents(parse_documents(text, "x.yaml"))
     bad_pod = "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: c, resources: " \
               "{requests: {cpu: lots}}}]}\n"
-    with pytest.raises(SimulationError, match=r"Pod/default/p: spec.containers\[0\].resources.requests.cpu"):
+    with pytest.raises(SimulationError, match=r"pod.yaml: document 1 Pod/p: spec.containers\[0\].resources."
+                                              r"requests\[cpu\]: .lots. is not a quantity"):
         simulate_documents(parse_documents(bad_pod, "pod.yaml"))
 
 
@@ -124,8 +126,8 @@ def test_cli_simulate_json_and_validate_exit_codes(tmp_path):
     bad.write_text("apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: b}\nspec: {weight: 0}\n")
     res = runner.invoke(main, ["validate", "-f", str(bad)])
     assert res.exit_code == 1
-    assert f"{bad}: NodePool/b: spec.template: required" in res.output
-    assert f"{bad}: NodePool/b: spec.weight: must be >= 1, got 0" in res.output
+    assert f"{bad}: document 1 NodePool/b: spec.template: required" in res.output
+    assert f"{bad}: document 1 NodePool/b: spec.weight: must be >= 1, got 0" in res.output
     assert runner.invoke(main, ["simulate", "-f", str(tmp_path / "none.yaml")]).exit_code == 2
     crds = runner.invoke(main, ["crds"])
     assert crds.exit_code == 0 and len(list(yaml.safe_load_all(crds.output))) == 3

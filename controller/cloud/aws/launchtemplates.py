@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,7 +50,7 @@ class LaunchTemplateSpec:
             d["NetworkInterfaces"] = [{"DeviceIndex": 0, "AssociatePublicIpAddress": self.associate_public_ip,
                                        "Groups": list(self.security_group_ids)}]
         if self.block_device_mappings:
-            d["BlockDeviceMappings"] = [_bdm(b) for b in self.block_device_mappings]
+            d["BlockDeviceMappings"] = [bdm_request(b) for b in self.block_device_mappings]
         return d
 
     def name(self) -> str:
@@ -58,9 +59,48 @@ class LaunchTemplateSpec:
         return NAME_PREFIX + digest
 
 
-def _bdm(b: dict[str, Any]) -> dict[str, Any]:
-    from controller.api.quantity import parse_quantity
+# Karpenter's default EBS volume (amifamily.DefaultEBS) and where each AMI family puts it when the EC2NodeClass has no
+# blockDeviceMappings; Custom has none, so the AMI's own mappings apply
+DEFAULT_EBS: dict[str, Any] = {"encrypted": True, "volumeType": "gp3", "volumeSize": "20Gi"}
+DEFAULT_BLOCK_DEVICE_MAPPINGS: dict[str, tuple[dict[str, Any], ...]] = {
+    "al2": ({"deviceName": "/dev/xvda", "ebs": DEFAULT_EBS},),
+    "al2023": ({"deviceName": "/dev/xvda", "ebs": DEFAULT_EBS},),
+    # Bottlerocket: a small OS volume and the 20Gi data volume that holds images and pods
+    "bottlerocket": ({"deviceName": "/dev/xvda", "ebs": {**DEFAULT_EBS, "volumeSize": "4Gi"}},
+                     {"deviceName": "/dev/xvdb", "ebs": DEFAULT_EBS}),
+    "windows2019": ({"deviceName": "/dev/sda1", "ebs": {**DEFAULT_EBS, "volumeSize": "50Gi"}},),
+    "windows2022": ({"deviceName": "/dev/sda1", "ebs": {**DEFAULT_EBS, "volumeSize": "50Gi"}},),
+    "windows2025": ({"deviceName": "/dev/sda1", "ebs": {**DEFAULT_EBS, "volumeSize": "50Gi"}},),
+}
 
+
+class BlockDeviceError(ValueError):
+    """A block device mapping EC2 cannot take (e.g. a volume smaller than 1 GiB)."""
+
+
+def block_device_mappings(ami_family: str, configured: list[dict[str, Any]] | None) -> tuple[dict[str, Any], ...]:
+    """The EC2NodeClass's blockDeviceMappings, or Karpenter's defaults for its AMI family when it has none."""
+    if configured:
+        return tuple(configured)
+    return DEFAULT_BLOCK_DEVICE_MAPPINGS.get(ami_family.lower(), ())
+
+
+def volume_size_gib(size: Any) -> int:
+    """EC2's VolumeSize (whole GiB, rounded up as Karpenter does) for a volumeSize quantity; below 1Gi is an error,
+    never VolumeSize 0."""
+    from controller.api.quantity import QuantityError, parse_quantity
+
+    try:
+        amount = parse_quantity(size)
+    except QuantityError as e:
+        raise BlockDeviceError(f"volumeSize: {e}") from None
+    if amount < 2**30:
+        raise BlockDeviceError(f"volumeSize: {str(size)[:40]!r} is less than 1Gi, the smallest EBS volume")
+    return math.ceil(amount / 2**30)
+
+
+def bdm_request(b: dict[str, Any]) -> dict[str, Any]:
+    """One LaunchTemplateData BlockDeviceMapping from an EC2NodeClass blockDeviceMapping."""
     out: dict[str, Any] = {"DeviceName": b.get("deviceName", "/dev/xvda")}
     ebs = b.get("ebs") or {}
     e: dict[str, Any] = {}
@@ -70,7 +110,7 @@ def _bdm(b: dict[str, Any]) -> dict[str, Any]:
         if ebs.get(src) is not None:
             e[dst] = ebs[src]
     if ebs.get("volumeSize") is not None:
-        e["VolumeSize"] = int(parse_quantity(ebs["volumeSize"]) / 2**30)
+        e["VolumeSize"] = volume_size_gib(ebs["volumeSize"])
     if e:
         out["Ebs"] = e
     return out

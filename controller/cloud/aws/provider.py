@@ -25,7 +25,13 @@ from controller.cloud.aws.errors import LaunchError, LaunchTemplateNotFoundError
 from controller.cloud.aws.fleet import launch
 from controller.cloud.aws.instanceprofiles import InstanceProfiles
 from controller.cloud.aws.instancetypes import InstanceTypeProvider
-from controller.cloud.aws.launchtemplates import LaunchTemplateSpec, ensure
+from controller.cloud.aws.launchtemplates import (
+    BlockDeviceError,
+    LaunchTemplateSpec,
+    bdm_request,
+    block_device_mappings,
+    ensure,
+)
 from controller.cloud.aws.unavailable import UnavailableOfferings
 from controller.cloud.aws.userdata import (
     ClusterInfo,
@@ -105,6 +111,12 @@ class AWSCloudProvider:
         if render is None:
             raise LaunchError(f"EC2NodeClass {name}: user data for AMI family {family!r} is not implemented yet "
                               "(al2023, al2 and bottlerocket are)")
+        devices = block_device_mappings(family, spec.get("blockDeviceMappings"))
+        for b in devices:  # before any AWS call: a volume EC2 cannot take fails the launch with the field at fault
+            try:
+                bdm_request(b)
+            except BlockDeviceError as e:
+                raise LaunchError(f"EC2NodeClass {name}: blockDeviceMappings {b.get('deviceName')}: {e}") from None
         subnets, groups, amis, profile = self._resolved(nodeclass)
         labels = dict(nodeclaim["metadata"].get("labels") or {})
         node = NodeSettings(labels=labels, taints=list(nodeclaim["spec"].get("taints") or [])
@@ -117,7 +129,7 @@ class AWSCloudProvider:
             lt = LaunchTemplateSpec(image_id=ami.id, user_data=user_data,
                                     security_group_ids=tuple(g.id for g in groups),
                                     instance_profile=profile, metadata_options=spec.get("metadataOptions") or {},
-                                    block_device_mappings=tuple(spec.get("blockDeviceMappings") or []),
+                                    block_device_mappings=devices,
                                     tags={**(spec.get("tags") or {}), **owned},
                                     detailed_monitoring=bool(spec.get("detailedMonitoring")),
                                     associate_public_ip=spec.get("associatePublicIPAddress"))
