@@ -558,48 +558,50 @@ def _reason(e: BaseException) -> str:
 
 def read_legacy_configmaps(namespace: str, kubeconfig: str | None,
                            timeout: float = 3.0) -> tuple[LegacyConfig | None, list[str]]:
-    """Read `karpenter-global-settings` and `config-logging` from `namespace` with the kubernetes package (in-cluster
+    """Read `karpenter-global-settings` and `config-logging` from `namespace` with karpy's own client (in-cluster
     config when KUBERNETES_SERVICE_HOST is set, else the kubeconfig), with short timeouts and no retries. When no
-    cluster can be reached: None and one warning line saying env alone is used."""
+    cluster can be reached: None and one warning line saying env alone is used. (The kubernetes package's generated
+    CoreV1Api would cost the controller ~20 MiB of modules for two GETs.)"""
     import logging
     import warnings as pywarnings
 
-    from kubernetes import client, config
     from kubernetes.config.config_exception import ConfigException
 
+    from controller.kube import resources as R
+    from controller.kube.client import KubeClient
+    from controller.kube.errors import KubeError, NotFoundError, UnavailableError
+
     fallback = "legacy ConfigMaps not read, using env and flags alone"
-    cfg = client.Configuration()
     try:
-        if os.environ.get("KUBERNETES_SERVICE_HOST"):
-            config.load_incluster_config(client_configuration=cfg)
-        else:
-            config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
+        client = KubeClient.from_environment(kubeconfig if not os.environ.get("KUBERNETES_SERVICE_HOST") else None)
     except (ConfigException, OSError, ValueError, TypeError) as e:
         return None, [f"no cluster configuration ({_reason(e)}): {fallback}"]
-    cfg.retries = False
-    # the read is quiet: urllib3's retry and TLS chatter must not reach a one-line stderr (levels restored after)
+    # the read is quiet: urllib3's TLS chatter must not reach a one-line stderr (levels restored after)
     quiet = {name: logging.getLogger(name).level for name in ("urllib3", "kubernetes")}
     data: dict[str, dict[str, str] | None] = {}
     warnings: list[str] = []
     try:
         for name in quiet:
             logging.getLogger(name).setLevel(logging.CRITICAL + 1)
-        with pywarnings.catch_warnings(), client.ApiClient(cfg) as api:
+        with pywarnings.catch_warnings():
             pywarnings.simplefilter("ignore")
-            core = client.CoreV1Api(api)
             for name in (GLOBAL_SETTINGS, CONFIG_LOGGING):
+                path = R.CONFIGMAPS.path(namespace, name)
                 try:
-                    cm = core.read_namespaced_config_map(name, namespace, _request_timeout=(timeout, timeout))
-                    data[name] = {str(k): str(v) for k, v in (cm.data or {}).items()}
-                except client.ApiException as e:
+                    cm = client.request("GET", path, timeout=timeout)
+                    raw = cm.get("data") if isinstance(cm, dict) else None
+                    data[name] = {str(k): str(v) for k, v in raw.items()} if isinstance(raw, dict) else {}
+                except NotFoundError:
                     data[name] = None
-                    if e.status != 404:
-                        warnings.append(f"ConfigMap {namespace}/{name} not read ({e.status} {e.reason}); ignored")
-                except Exception as e:  # connection refused, DNS, TLS, timeouts: no cluster to read from
-                    return None, [f"no cluster reachable at {cfg.host} ({_reason(e)}): {fallback}"]
+                except UnavailableError as e:  # connection refused, DNS, TLS, timeouts: no cluster to read from
+                    return None, [f"no cluster reachable at {client.host} ({_reason(e)}): {fallback}"]
+                except KubeError as e:
+                    data[name] = None
+                    warnings.append(f"ConfigMap {namespace}/{name} not read ({e.status} {e.reason}); ignored")
     finally:
         for name, level in quiet.items():
             logging.getLogger(name).setLevel(level)
+        client.pool.clear()
     legacy, parse_warnings = parse_legacy_configmaps(namespace, data.get(GLOBAL_SETTINGS), data.get(CONFIG_LOGGING))
     return legacy, warnings + parse_warnings
 

@@ -98,8 +98,8 @@ class KubeClient:
         data = None if body is None else json.dumps(body).encode()
         try:
             resp = self.pool.request(method, url, body=data, headers=self._headers(content_type if data else None),
-                                     preload_content=False, timeout=urllib3.Timeout(connect=10, read=timeout),
-                                     retries=False)
+                                     preload_content=False, retries=False,
+                                     timeout=urllib3.Timeout(connect=min(10.0, timeout), read=timeout))
         except urllib3.exceptions.HTTPError as e:
             raise UnavailableError(0, "Unavailable", f"{method} {path}: {e}") from None
         if resp.status >= 400:
