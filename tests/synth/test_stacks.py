@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from infra.events import INTERRUPTION_RULES
-from stacks.app import environments, synth
+from stacks.app import environments, karpy_version, synth
 from stacks.environments import ENVIRONMENTS
 
 pytestmark = pytest.mark.synth
@@ -172,6 +172,10 @@ def test_controller_deployment_is_wired_from_outputs(stacks):
         assert terms[0]["matchExpressions"] == [{"key": "karpenter.sh/nodepool", "operator": "DoesNotExist"}]
         sc = pod["containers"][0]["securityContext"]
         assert sc["runAsNonRoot"] and sc["readOnlyRootFilesystem"] and not sc["allowPrivilegeEscalation"]
+        # the image scripts/build-image.sh tags, writing only to its /tmp (an emptyDir)
+        assert pod["containers"][0]["image"] == f"{ENVIRONMENTS[env].image_repository}:{karpy_version()}"
+        assert pod["containers"][0]["volumeMounts"] == [{"name": "tmp", "mountPath": "/tmp"}]
+        assert pod["volumes"] == [{"name": "tmp", "emptyDir": {}}]
         sa = m[("ServiceAccount", "karpenter")]
         if ENVIRONMENTS[env].pod_identity:
             assert "annotations" not in sa["metadata"]
