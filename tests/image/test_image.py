@@ -21,7 +21,7 @@ from tests.e2e.harness import wait_for
 from tests.image.conftest import ROOT, BuiltImage
 from tests.image.container import Container, buildah, contained, process_stderr
 
-pytestmark = [pytest.mark.image]
+pytestmark = [pytest.mark.image, pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")]
 
 ENTRYPOINT = ["/opt/karpy/venv/bin/karpy", "controller"]
 SETTING_LINE = re.compile(r"^[A-Z][A-Z0-9_]*=.* \([a-z][^)]*\)$")
