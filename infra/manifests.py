@@ -153,10 +153,12 @@ def deployment(p: DeploymentProps) -> dict[str, Any]:
         "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "readOnlyRootFilesystem": True,
                             "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
                             "seccompProfile": {"type": "RuntimeDefault"}},
+        # the image's HOME and TMPDIR, the only place it may write: the root filesystem is read-only
+        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
     }
     pod_spec = {
         "serviceAccountName": p.service_account, "priorityClassName": "system-cluster-critical",
-        "containers": [container],
+        "containers": [container], "volumes": [{"name": "tmp", "emptyDir": {}}],
         "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
             {"matchExpressions": [{"key": "karpenter.sh/nodepool", "operator": "DoesNotExist"}]}]}},
             "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [

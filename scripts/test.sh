@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite from a fresh machine: installs karpy, its test world (Kubernetes control plane built from
 # Debian's source package and cached under ~/.cache, LocalStack in its own Python >= 3.12 venv, checkov in its own
-# venv), then runs ruff, mypy and pytest (unit, synth and integration tests against the real servers).
+# venv), buildah for the controller image, then runs ruff, mypy and pytest (unit, synth and integration tests against
+# the real servers, and the image built and run with buildah).
 # Usage: scripts/test.sh [pytest args...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,6 +18,7 @@ step "test world"
 bash scripts/build-kube-control-plane.sh
 bash scripts/install-localstack.sh
 bash scripts/install-checkov.sh
+bash scripts/install-buildah.sh
 
 step "ruff"
 .venv/bin/ruff check .

@@ -20,13 +20,16 @@ from stacks.environments import EnvironmentConfig
 
 
 def karpy_version() -> str:
-    """The installed karpy's version: the controller image tag."""
-    from importlib.metadata import PackageNotFoundError, version
+    """karpy's version, the controller image's tag: pyproject.toml's in a checkout (the tag scripts/build-image.sh
+    gives the image), else the installed package's."""
+    pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
+    if pyproject.is_file():
+        import tomllib
 
-    try:
-        return version("karpy")
-    except PackageNotFoundError:
-        return "0.1.0"
+        return str(tomllib.loads(pyproject.read_text())["project"]["version"])
+    from importlib.metadata import version
+
+    return version("karpy")
 
 
 def deployment_props(env: EnvironmentConfig, queue: str, controller_role_arn: str) -> DeploymentProps:

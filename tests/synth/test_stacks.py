@@ -18,7 +18,7 @@ from infra.events import INTERRUPTION_RULES
 from infra.names import partition_of, role_arn
 from stacks.app import synth
 from stacks.environments import EnvironmentConfig, load_environments
-from stacks.render import render_objects
+from stacks.render import karpy_version, render_objects
 
 pytestmark = pytest.mark.synth
 ROOT = Path(__file__).resolve().parents[2]
@@ -342,6 +342,19 @@ def test_a_bad_pool_fails_synth_naming_the_field(tmp_path, monkeypatch):
     res = CliRunner().invoke(main, ["synth", "-o", str(tmp_path / "out")])
     assert res.exit_code == 1
     assert "environments/e.yaml[pools]: NodePool/broken: spec.weight: must be <= 100, got 101" in res.output
+
+
+@pytest.mark.parametrize("env", NAMES)
+def test_deployment_runs_the_built_image_writing_only_to_tmp(stacks, env):
+    """The image scripts/build-image.sh tags (the package version), with a read-only root and /tmp an emptyDir."""
+    deployments = [v["manifest"] for v in resources(stacks[env], "kubernetes_manifest").values()
+                   if v["manifest"]["kind"] == "Deployment"]
+    pod = deployments[0]["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert container["image"] == f"{ENVIRONMENTS[env].image_repository}:{karpy_version()}"
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["volumeMounts"] == [{"name": "tmp", "mountPath": "/tmp"}]
+    assert pod["volumes"] == [{"name": "tmp", "emptyDir": {}}]
 
 
 def test_deploy_says_what_is_missing(monkeypatch):
