@@ -173,6 +173,12 @@ def _check_nesting_by_events(text: str, source: str) -> None:
                     raise DocumentError(f"{source}:{line} nested deeper than {MAX_DEPTH} levels")
             elif isinstance(event, yaml.MappingEndEvent | yaml.SequenceEndEvent):
                 depth -= 1
+    except yaml.MarkedYAMLError as e:
+        # libyaml from PyYAML 6.0.4 on stops deep flow collections itself, scanning ahead of the events counted here
+        if "nesting depth" not in str(e.problem):
+            raise
+        line = f" line {e.problem_mark.line + 1}:" if e.problem_mark is not None else ""
+        raise DocumentError(f"{source}:{line} nested deeper than {MAX_DEPTH} levels") from None
     finally:
         loader.dispose()
 
