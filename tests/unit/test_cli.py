@@ -7,7 +7,9 @@ from __future__ import annotations
 import json
 import socket
 from pathlib import Path
+from typing import Any
 
+import click
 import pytest
 import yaml
 from click.testing import CliRunner
@@ -30,13 +32,32 @@ def test_karpy_alone_prints_help_and_exits_0(runner):
     assert all(len(line) <= 80 for line in res.output.splitlines()), res.output
 
 
-@pytest.mark.parametrize("command", ["simulate", "explain", "validate", "convert", "crds", "catalog", "catalog show",
-                                     "catalog refresh", "status", "drain", "cordon", "uncordon", "interrupt",
-                                     "completion"])
+def _commands(group: click.Group, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """Every command path of the group, sub-groups included (catalog, catalog show, ...)."""
+    out = []
+    for name, command in sorted(group.commands.items()):
+        out.append((*prefix, name))
+        if isinstance(command, click.Group):
+            out += _commands(command, (*prefix, name))
+    return out
+
+
+COMMANDS = _commands(main)
+
+
+def test_every_command_is_covered():
+    assert {"init", "render", "synth", "diff", "deploy", "version", "catalog refresh", "status", "controller",
+            "synth-app"} <= {" ".join(c) for c in COMMANDS}
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
 def test_help_has_examples_and_fits_80_columns(runner, command):
-    res = runner.invoke(main, [*command.split(), "--help"], env={"COLUMNS": "80"})
-    assert res.exit_code == 0 and ("Example" in res.output), res.output
+    res = runner.invoke(main, [*command, "--help"], env={"COLUMNS": "80"})
+    assert res.exit_code == 0, res.output
     assert all(len(line) <= 80 for line in res.output.splitlines()), res.output
+    if not main.commands[command[0]].hidden:
+        # synth-app, the hidden app command of cdktf.json, is run by the CDK Terrain CLI, not by people
+        assert "Example" in res.output, res.output
 
 
 def test_version(runner):
@@ -252,3 +273,157 @@ def test_connection_problems_in_a_few_words():
     assert connection_problem("GET /x: ... [Errno -2] Name or service not known") == "host not found"
     assert connection_problem("GET /x: ... Read timed out. (read timeout=30)") == "timed out"
     assert connection_problem("GET /x: something else entirely") == "something else entirely"
+
+
+# ---- synth, diff, deploy: prerequisites checked up front, confirmation ------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _script(directory: Path, name: str, body: str) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / name
+    path.write_text(f"#!/bin/sh\n{body}\n")
+    path.chmod(0o755)
+    return path
+
+
+def _toolchain(tmp_path: Path, node: str = "v22.20.0", cdktn: str | None = "0.24.0", terraform: bool = True,
+               cdktn_exit: str = "0") -> Path:
+    """A PATH directory of tiny scripts standing in for node, cdktn and terraform; the fake cdktn appends its
+    arguments, jsii's silencing variable and its working directory to tmp_path/cdktn.log."""
+    bin_dir = tmp_path / "bin"
+    _script(bin_dir, "node", f"echo {node}")
+    if cdktn is not None:
+        _script(bin_dir, "cdktn", f'if [ "$1" = --version ]; then echo {cdktn}; exit 0; fi\n'
+                                  f'echo "$* eol=$JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION cwd=$PWD" '
+                                  f'>> {tmp_path}/cdktn.log\nexit {cdktn_exit}')
+    if terraform:
+        _script(bin_dir, "terraform", "echo Terraform v1.9.0")
+    return bin_dir
+
+
+@pytest.fixture
+def project(monkeypatch):
+    """The checkout as the project (its cdktf.json names examples/environments: dev, prod, staging)."""
+    monkeypatch.chdir(ROOT)
+    for name in ("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "TERRAFORM_BINARY_NAME"):
+        monkeypatch.delenv(name, raising=False)
+    return ROOT
+
+
+def test_deploy_refuses_what_is_missing_naming_the_fix(runner, project, tmp_path, monkeypatch):
+    import importlib.util
+
+    import stacks.cli_support as support
+
+    cases: list[tuple[dict[str, Any], str]] = [
+        (dict(node="v20.20.2"), "Node.js 20.20.2 is too old: the CDK Terrain CLI 0.24.0 needs Node.js >= 22.19.0"),
+        (dict(cdktn=None), "the CDK Terrain CLI (cdktn) is not installed: npm install --global cdktn-cli@0.24.0"),
+        (dict(cdktn="0.23.1"), "is 0.23.1, the cdktn Python package is 0.24.0; they must match: npm install "
+                               "--global cdktn-cli@0.24.0"),
+        (dict(terraform=False), "terraform is not installed: the CDK Terrain CLI runs it"),
+    ]
+    for i, (kwargs, message) in enumerate(cases):
+        monkeypatch.setenv("PATH", str(_toolchain(tmp_path / str(i), **kwargs)))
+        for args in (["diff", "--env", "dev"], ["deploy", "--env", "dev", "--yes"]):
+            res = runner.invoke(main, args)
+            assert res.exit_code == 2 and res.output.count("\n") == 1, res.output
+            assert res.output.startswith("error: ") and message in res.output, res.output
+        assert not (tmp_path / str(i) / "cdktn.log").exists()  # nothing ran
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    res = runner.invoke(main, ["deploy", "--env", "dev", "--yes"])
+    assert res.exit_code == 2 and "error: Node.js is not installed" in res.output
+    # the infra extra cannot be uninstalled from the shared venv: its modules are made unfindable instead
+    real = importlib.util.find_spec
+    monkeypatch.setattr(support.importlib.util, "find_spec",
+                        lambda name, *a: None if name.startswith("cdktn") else real(name, *a))
+    for args in (["diff", "--env", "dev"], ["deploy", "--env", "dev"], ["synth", "-o", str(tmp_path / "o")]):
+        res = runner.invoke(main, args)
+        assert res.exit_code == 2 and res.output.count("\n") == 1, res.output
+        assert f"karpy {args[0]} needs the infra extra" in res.output and "pip install 'karpy[infra]'" in res.output
+
+
+def test_node_minimum_read_from_the_clis_package_json(tmp_path, monkeypatch, runner, project):
+    """A CLI installed by npm is a link into its package: the package's engines.node is the minimum, not MIN_NODE."""
+    from stacks.cli_support import cli_package, minimum_node
+
+    package = tmp_path / "lib" / "node_modules" / "cdktn-cli"
+    real = _script(package / "bin", "cdktn", "echo 0.24.0")
+    (package / "package.json").write_text(json.dumps({"name": "cdktn-cli", "version": "0.24.0",
+                                                      "engines": {"node": ">=23.1.0"}}))
+    bin_dir = _toolchain(tmp_path, node="v22.20.0", cdktn=None)
+    (bin_dir / "cdktn").symlink_to(real)
+    assert minimum_node(cli_package(str(bin_dir / "cdktn"))) == (23, 1, 0)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    res = runner.invoke(main, ["diff", "--env", "dev"])
+    assert res.exit_code == 2 and "Node.js 22.20.0 is too old: the CDK Terrain CLI 0.24.0 needs Node.js >= 23.1.0" \
+        in res.output
+    assert minimum_node(None) == (22, 19, 0)
+
+
+def test_the_cli_in_the_projects_node_modules_is_found(tmp_path, monkeypatch):
+    from stacks.cli_support import check_toolchain
+
+    bin_dir = _toolchain(tmp_path, cdktn=None)
+    local = _script(tmp_path / "project" / "node_modules" / ".bin", "cdktn", "echo 0.24.0")
+    monkeypatch.setenv("PATH", str(bin_dir))
+    monkeypatch.delenv("TERRAFORM_BINARY_NAME", raising=False)
+    tools = check_toolchain("diff", tmp_path / "project")
+    assert (tools.cli, tools.node_major) == (str(local), 22)
+
+
+def test_deploy_asks_on_a_terminal_and_yes_skips_the_question(runner, project, tmp_path, monkeypatch):
+    import cli
+
+    monkeypatch.setenv("PATH", str(_toolchain(tmp_path)))
+    log = tmp_path / "cdktn.log"
+    res = runner.invoke(main, ["deploy", "--env", "dev"])  # CliRunner's stdin is no terminal
+    assert res.exit_code == 2 and res.output.count("\n") == 1 and "pass --yes" in res.output and not log.exists()
+    monkeypatch.setattr(cli, "_stdin_is_tty", lambda: True)
+    res = runner.invoke(main, ["deploy", "--env", "dev"], input="n\n")
+    assert res.exit_code == 1 and "account 111122223333, region us-east-1" in res.output, res.output
+    assert res.output.endswith("error: not deployed\n") and not log.exists()
+    res = runner.invoke(main, ["deploy", "--env", "dev"], input="y\n")
+    assert res.exit_code == 0, res.output
+    assert log.read_text() == f"deploy dev dev-pools --auto-approve eol=22 cwd={ROOT}\n"
+    log.unlink()
+    monkeypatch.setattr(cli, "_stdin_is_tty", lambda: False)
+    res = runner.invoke(main, ["deploy", "--env", "prod", "--yes"])
+    assert res.exit_code == 0 and log.read_text() == f"deploy prod prod-pools --auto-approve eol=22 cwd={ROOT}\n"
+
+
+def test_diff_runs_each_stack_and_passes_the_exit_code(runner, project, tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(_toolchain(tmp_path, cdktn_exit="3")))
+    res = runner.invoke(main, ["diff", "--env", "staging"])
+    assert res.exit_code == 3  # the first stack failed: the second is not diffed
+    assert (tmp_path / "cdktn.log").read_text() == f"diff staging eol=22 cwd={ROOT}\n"
+
+
+@pytest.mark.parametrize("command", [["render", "--env", "prdo"], ["synth", "--env", "dev", "--env", "prdo"],
+                                     ["diff", "--env", "prdo"], ["deploy", "--env", "prdo", "--yes"]])
+def test_project_commands_check_env_before_any_work(runner, project, command, monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")  # no tool needed to refuse a bad --env
+    res = runner.invoke(main, command, prog_name="karpy")
+    assert res.exit_code == 2 and res.output.count("\n") == 1, res.output
+    assert "unknown environment 'prdo' (did you mean prod?)" in res.output
+
+
+@pytest.mark.parametrize("command", ["render", "synth", "diff", "deploy"])
+def test_project_commands_complete_env(project, command):
+    from click.shell_completion import ShellComplete
+
+    comp = ShellComplete(main, {}, "karpy", "_KARPY_COMPLETE")
+    assert [c.value for c in comp.get_completions([command, "--env"], "")] == ["dev", "prod", "staging"]
+    assert [c.value for c in comp.get_completions([command, "--env"], "st")] == ["staging"]
+
+
+def test_quiet_environ_keeps_what_the_user_set():
+    from stacks.cli_support import quiet_environ
+
+    environ = quiet_environ({"JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "18",
+                             "JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION": "yes"}, 20)
+    assert environ == {"JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "18,20",
+                       "JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION": "yes",
+                       "JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION": "1",
+                       "JSII_SILENCE_WARNING_KNOWN_BROKEN_NODE_VERSION": "1"}

@@ -161,7 +161,8 @@ def test_init_and_render_cli(tmp_path, monkeypatch):
     res = runner.invoke(main, ["render", "--env", "qa", "-o", "file/sub"])
     assert res.exit_code == 1 and res.output.startswith("error: file/sub: ") and res.output.count("\n") == 1
     res = runner.invoke(main, ["render", "--env", "nope"])
-    assert res.exit_code == 1 and "unknown environment(s) nope; known: qa" in res.output
+    assert res.exit_code == 2 and res.output.count("\n") == 1
+    assert "unknown environment 'nope' (one of: qa)" in res.output
 
 
 def test_render_wires_names_and_settings():
