@@ -427,3 +427,41 @@ def test_quiet_environ_keeps_what_the_user_set():
                        "JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION": "yes",
                        "JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION": "1",
                        "JSII_SILENCE_WARNING_KNOWN_BROKEN_NODE_VERSION": "1"}
+
+
+def test_status_env_without_an_endpoint_finds_the_context_update_kubeconfig_wrote(runner, tmp_path, monkeypatch):
+    """`karpy init`'s environment has no cluster_endpoint: the context is the one named by the cluster's EKS ARN
+    (as `aws eks update-kubeconfig` writes it), else one named as the cluster; none -> one line saying what to run."""
+    from controller.ops.connect import context_for_cluster
+
+    assert runner.invoke(main, ["init", "--env", "qa", "--account-id", "111122223333", "--region", "us-west-2",
+                                "--cluster-name", "qa-west", "-d", str(tmp_path)]).exit_code == 0
+    monkeypatch.chdir(tmp_path)
+    arn = "arn:aws:eks:us-west-2:111122223333:cluster/qa-west"
+    port = _closed_port()
+
+    def kubeconfig(contexts: list[tuple[str, str]]) -> str:
+        path = tmp_path / f"config-{len(list(tmp_path.glob('config-*')))}"
+        path.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "other",
+            "clusters": [{"name": cluster, "cluster": {"server": f"https://127.0.0.{i + 1}:{port}"}}
+                         for i, (_, cluster) in enumerate(contexts)],
+            "contexts": [{"name": name, "context": {"cluster": cluster, "user": "u"}} for name, cluster in contexts],
+            "users": [{"name": "u", "user": {"token": "t"}}]}))
+        return str(path)
+
+    # the ARN as context and cluster name (update-kubeconfig's default), beside another cluster's context
+    written = kubeconfig([("other", "arn:aws:eks:us-west-2:111122223333:cluster/other"), (arn, arn)])
+    res = runner.invoke(main, ["status", "--env", "qa", "--kubeconfig", written])
+    assert res.exit_code == 1 and res.output.count("\n") == 1, res.output
+    assert res.output.startswith(f"error: no cluster reachable at https://127.0.0.2:{port}")
+    # update-kubeconfig --alias: the context renamed, its cluster still the ARN; or a hand-written one named qa-west
+    assert context_for_cluster("qa", "us-west-2", "111122223333", "qa-west",
+                               kubeconfig([("other", "other"), ("admin@qa", arn)]))[1] == "admin@qa"
+    assert context_for_cluster("qa", "us-west-2", "111122223333", "qa-west",
+                               kubeconfig([("other", "other"), ("qa-west", "c1")]))[1] == "qa-west"
+    none = kubeconfig([("other", "arn:aws:eks:us-east-1:111122223333:cluster/qa-west")])  # another region's
+    res = runner.invoke(main, ["status", "--env", "qa", "--kubeconfig", none])
+    assert res.exit_code == 1 and res.output.count("\n") == 1, res.output
+    assert res.output == (f"error: environment qa: no kubeconfig context for cluster {arn} in {none} "
+                          "(run: aws eks update-kubeconfig --name qa-west --region us-west-2)\n")
