@@ -400,17 +400,18 @@ def catalog_refresh(region: str, endpoint: str | None, out: str, no_pricing_api:
     """
     import datetime as dt
 
-    import boto3
     from botocore.exceptions import BotoCoreError, ClientError
 
     from controller.catalog.pricing import PriceTable
     from controller.catalog.snapshot import snapshot_from_ec2
+    from controller.cloud.aws.clients import PRICING_CONFIG, make_client
     from controller.cloud.aws.pricing import PricingProvider
 
     check_writable(out)
-    ec2 = boto3.client("ec2", region_name=region, endpoint_url=endpoint)
-    # the Pricing API lives in us-east-1 (and a few others) whatever region is priced
-    pricing = None if no_pricing_api else boto3.client("pricing", region_name="us-east-1")
+    # the controller's retry policy (adaptive, throttling and transient errors retried), not boto3's default
+    ec2 = make_client("ec2", region, endpoint)
+    # the Pricing API lives in us-east-1 (and a few others) whatever region is priced; --endpoint is EC2's only
+    pricing = None if no_pricing_api else make_client("pricing", "us-east-1", config=PRICING_CONFIG)
     live = PricingProvider(pricing, ec2, region, PriceTable())
 
     def price(instance_type: str, zone: str | None) -> float | None:

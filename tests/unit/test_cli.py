@@ -465,3 +465,42 @@ def test_status_env_without_an_endpoint_finds_the_context_update_kubeconfig_wrot
     assert res.exit_code == 1 and res.output.count("\n") == 1, res.output
     assert res.output == (f"error: environment qa: no kubeconfig context for cluster {arn} in {none} "
                           "(run: aws eks update-kubeconfig --name qa-west --region us-west-2)\n")
+
+
+def test_catalog_refresh_uses_the_controllers_retry_policy(runner, tmp_path, monkeypatch):
+    """The clients catalog refresh builds are make_client's (issue 10 §5), not boto3's defaults. The snapshot writer
+    is replaced (building clients needs no server) and the price provider recorded, to see the clients."""
+
+    import controller.catalog.snapshot as snapshot
+    import controller.cloud.aws.pricing as pricing_module
+    from controller.cloud.aws.clients import DEFAULT_MAX_ATTEMPTS, PRICING_MAX_ATTEMPTS
+
+    seen: dict[str, Any] = {}
+
+    class Recorded(pricing_module.PricingProvider):
+        def __init__(self, pricing: Any, *args: Any, **kwargs: Any) -> None:
+            seen["pricing"] = pricing
+            super().__init__(pricing, *args, **kwargs)
+
+    def capture(ec2: Any, region: str, out: str, date: str, live: Any, live_source: str) -> int:
+        seen["ec2"] = ec2
+        return 0
+
+    monkeypatch.setattr(snapshot, "snapshot_from_ec2", capture)
+    monkeypatch.setattr(pricing_module, "PricingProvider", Recorded)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    res = runner.invoke(main, ["catalog", "refresh", "--region", "eu-west-1", "--endpoint", "http://127.0.0.1:1",
+                               "-o", str(tmp_path / "snap.json.gz")])
+    assert res.exit_code == 0, res.output
+    ec2, pricing = seen["ec2"], seen["pricing"]
+    assert (ec2.meta.endpoint_url, ec2.meta.region_name) == ("http://127.0.0.1:1", "eu-west-1")
+    assert ec2.meta.config.retries == {"mode": "adaptive", "total_max_attempts": DEFAULT_MAX_ATTEMPTS}
+    # the Pricing API is AWS's in us-east-1 whatever the region, not the EC2 endpoint
+    assert (pricing.meta.endpoint_url, pricing.meta.region_name) == ("https://api.pricing.us-east-1.amazonaws.com",
+                                                                     "us-east-1")
+    assert pricing.meta.config.retries == {"mode": "standard", "total_max_attempts": PRICING_MAX_ATTEMPTS}
+    res = runner.invoke(main, ["catalog", "refresh", "--region", "eu-west-1", "--no-pricing-api",
+                               "-o", str(tmp_path / "snap.json.gz")])
+    assert res.exit_code == 0 and seen["pricing"] is None
