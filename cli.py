@@ -10,6 +10,9 @@ from typing import Any, NoReturn
 
 import click
 
+# the controller's settings module is light (the controller command's flags are built from it at import anyway)
+from controller.settings import MIN_VALUES_POLICIES, PREFERENCE_POLICIES
+
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 OUTPUT_FORMATS = ("table", "json", "yaml")
 KARPENTER_KINDS = ("NodePool", "NodeClaim", "EC2NodeClass", "Provisioner", "AWSNodeTemplate")
@@ -224,8 +227,15 @@ def main(ctx: click.Context) -> None:
 @files_option
 @click.option("--catalog", default="aws-us-east-1", show_default=True, metavar="NAME|FILE",
               help="Instance catalog: a bundled name (aws-us-east-1, benchmark) or a snapshot file.")
+@click.option("--preference-policy", type=click.Choice(PREFERENCE_POLICIES), default="Respect", show_default=True,
+              help="The controller's PREFERENCE_POLICY: Ignore drops preferred affinities and ScheduleAnyway "
+                   "spreads up front.")
+@click.option("--min-values-policy", type=click.Choice(MIN_VALUES_POLICIES), default="Strict", show_default=True,
+              help="The controller's MIN_VALUES_POLICY: BestEffort launches with fewer values than minValues "
+                   "where they leave pods unschedulable.")
 @_format_option
-def simulate(files: tuple[str, ...], catalog: str, output: str) -> None:
+def simulate(files: tuple[str, ...], catalog: str, preference_policy: str, min_values_policy: str,
+             output: str) -> None:
     """What would Karpenter launch for these pods? An offline dry run: no cluster, no AWS account.
 
     Reads NodePools, EC2NodeClasses, workloads (Deployments, StatefulSets, Jobs, ... expanded into their pods),
@@ -237,15 +247,18 @@ def simulate(files: tuple[str, ...], catalog: str, output: str) -> None:
       karpy simulate -f examples/
       kubectl get nodes,pods,ds -A -o yaml | karpy simulate -f - -f pools.yaml
       karpy simulate -f apps.yaml -f pools.yaml --catalog snap.json.gz -o json
+      karpy simulate -f examples/ --min-values-policy BestEffort
     """
-    result = _simulate(files, catalog)
+    result = _simulate(files, catalog, preference_policy, min_values_policy)
     from controller.simulate.render import render
 
     click.echo(render(result, output), nl=False)
 
 
-def _simulate(files: tuple[str, ...], catalog: str) -> Any:
-    """Load and simulate, with a progress line on a TTY when it takes a while."""
+def _simulate(files: tuple[str, ...], catalog: str, preference_policy: str = "Respect",
+              min_values_policy: str = "Strict") -> Any:
+    """Load and simulate (under the controller's two scheduling policies), with a progress line on a TTY when it
+    takes a while."""
     from controller.ops.output import progress
     from controller.simulate.run import SimulationError, simulate_documents
 
@@ -253,7 +266,8 @@ def _simulate(files: tuple[str, ...], catalog: str) -> Any:
         docs = _load(files, karpenter="any")
         shown.update(f"simulating {len(docs)} documents")
         try:
-            return simulate_documents(docs, catalog=catalog)
+            return simulate_documents(docs, catalog=catalog, preference_policy=preference_policy,
+                                      min_values_policy=min_values_policy)
         except SimulationError as e:
             _fail(str(e))
 

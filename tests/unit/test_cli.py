@@ -504,3 +504,71 @@ def test_catalog_refresh_uses_the_controllers_retry_policy(runner, tmp_path, mon
     res = runner.invoke(main, ["catalog", "refresh", "--region", "eu-west-1", "--no-pricing-api",
                                "-o", str(tmp_path / "snap.json.gz")])
     assert res.exit_code == 0 and seen["pricing"] is None
+
+
+POLICY_POOL = """\
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: narrow}
+spec:
+  template:
+    spec:
+      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}
+      requirements:
+        - {key: node.kubernetes.io/instance-type, operator: In, values: ["m5.large", "m5.xlarge"]}
+        - {key: karpenter.k8s.aws/instance-family, operator: Exists, minValues: 3}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: solo, namespace: default}
+spec: {containers: [{name: c, resources: {requests: {cpu: 500m}}}]}
+"""
+
+SPREAD_APP = """\
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: general}
+spec:
+  template:
+    spec:
+      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}
+      requirements: [{key: node.kubernetes.io/instance-type, operator: In, values: ["m5.xlarge"]}]
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: shop}
+spec:
+  replicas: 3
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      affinity:
+        podAntiAffinity:
+          preferredDuringSchedulingIgnoredDuringExecution:
+            - weight: 100
+              podAffinityTerm:
+                topologyKey: kubernetes.io/hostname
+                labelSelector: {matchLabels: {app: web}}
+      containers: [{name: c, resources: {requests: {cpu: 500m}}}]
+"""
+
+
+def test_simulate_policies_are_the_controllers(runner, tmp_path):
+    """--min-values-policy BestEffort launches where minValues (3 families out of one) leaves the pod unschedulable;
+    --preference-policy Ignore drops the preferred hostname anti-affinity, so the three replicas share a node."""
+    pools = tmp_path / "minvalues.yaml"
+    pools.write_text(POLICY_POOL)
+    strict = json.loads(runner.invoke(main, ["simulate", "-f", str(pools), "-o", "json"]).stdout)
+    assert strict["nodeClaims"] == [] and [g["count"] for g in strict["unschedulable"]] == [1]
+    res = runner.invoke(main, ["simulate", "-f", str(pools), "--min-values-policy", "BestEffort", "-o", "json"])
+    best = json.loads(res.stdout)
+    assert best["unschedulable"] == [] and [c["pods"] for c in best["nodeClaims"]] == [["default/solo"]]
+    app = tmp_path / "spread.yaml"
+    app.write_text(SPREAD_APP)
+    respect = json.loads(runner.invoke(main, ["simulate", "-f", str(app), "-o", "json"]).stdout)
+    assert sorted(len(c["pods"]) for c in respect["nodeClaims"]) == [1, 1, 1]
+    res = runner.invoke(main, ["simulate", "-f", str(app), "--preference-policy", "Ignore", "-o", "json"])
+    assert [len(c["pods"]) for c in json.loads(res.stdout)["nodeClaims"]] == [3]
+    bad = runner.invoke(main, ["simulate", "-f", str(app), "--preference-policy", "ignore"])
+    assert bad.exit_code == 2 and bad.output.count("\n") == 1
