@@ -111,6 +111,20 @@ def check_writable(path: str) -> None:
         _fail(f"cannot write {path}: permission denied")
 
 
+def check_directory(path: str) -> None:
+    """Fail (one line, exit 1, before any slow work) when path cannot be or become a writable directory."""
+    target = Path(path)
+    if target.exists() and not target.is_dir():
+        _fail(f"cannot write to {path}: it is not a directory")
+    existing = target
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        _fail(f"cannot write to {path}: {existing} is not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        _fail(f"cannot write to {path}: permission denied")
+
+
 def _format_option(fn: Any) -> Any:
     return click.option("-o", "--output", type=click.Choice(OUTPUT_FORMATS), default="table", show_default=True,
                         help="table for people; json or yaml (with apiVersion and kind) for scripts.")(fn)
@@ -524,6 +538,8 @@ def render(env: str, outdir: str | None) -> None:
     from stacks.environments import InvalidEnvironment, load_environments
     from stacks.render import render_objects, to_yaml, write_directory
 
+    if outdir is not None:
+        check_directory(outdir)
     try:
         objects = render_objects(load_environments(None, [env])[0])
     except (InvalidEnvironment, InvalidName, InvalidKarpenterResources) as e:
@@ -560,10 +576,11 @@ def synth(envs: tuple[str, ...], outdir: str) -> None:
     except MissingTool as e:
         _fail(str(e), 2)
     quiet_environ(os.environ, node[0])  # jsii inherits this process's environment: no Node.js banner
-    try:  # the environment files next: a bad one is reported before jsii starts
+    try:  # the environment files and the output directory next: reported before jsii starts
         load_environments(None, list(envs) or None)
     except InvalidEnvironment as e:
         _fail(str(e))
+    check_directory(outdir)
     from controller.ops.output import progress
 
     with progress(f"synthesizing {', '.join(envs) if envs else 'every environment'}"):

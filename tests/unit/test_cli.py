@@ -572,3 +572,14 @@ def test_simulate_policies_are_the_controllers(runner, tmp_path):
     assert [len(c["pods"]) for c in json.loads(res.stdout)["nodeClaims"]] == [3]
     bad = runner.invoke(main, ["simulate", "-f", str(app), "--preference-policy", "ignore"])
     assert bad.exit_code == 2 and bad.output.count("\n") == 1
+
+
+def test_synth_to_an_unusable_directory_fails_before_jsii(runner, project, tmp_path):
+    """Before the change this was a JavaScript ENOTDIR after 20 s of synth, as an internal error."""
+    (tmp_path / "file").write_text("")
+    target = tmp_path / "file" / "sub"
+    res = runner.invoke(main, ["synth", "--env", "dev", "-o", str(target)])
+    assert res.exit_code == 1 and res.output == f"error: cannot write to {target}: {tmp_path / 'file'} is not a " \
+                                                "directory\n"
+    res = runner.invoke(main, ["synth", "--env", "dev", "-o", str(tmp_path / "file")])  # click's own check
+    assert res.exit_code == 2 and res.output.count("\n") == 1 and "is a file" in res.output, res.output
