@@ -99,12 +99,12 @@ def node_version() -> Version:
 
 
 def find_cli(root: Path) -> str | None:
-    """The CDK Terrain CLI: `cdktn` on PATH, else the project's node_modules/.bin/cdktn (npm install --save-dev)."""
-    on_path = shutil.which(CLI_BINARY)
-    if on_path:
-        return on_path
+    """The CDK Terrain CLI: the project's node_modules/.bin/cdktn (npm install --save-dev), else `cdktn` on PATH; the
+    project's first, as npx and npm scripts pick it, so a project can pin its own beside another global one."""
     local = root / "node_modules" / ".bin" / CLI_BINARY
-    return str(local) if local.is_file() and os.access(local, os.X_OK) else None
+    if local.is_file() and os.access(local, os.X_OK):
+        return str(local)
+    return shutil.which(CLI_BINARY)
 
 
 def cli_package(cli: str) -> dict[str, object] | None:

@@ -362,13 +362,16 @@ def test_node_minimum_read_from_the_clis_package_json(tmp_path, monkeypatch, run
     assert minimum_node(None) == (22, 19, 0)
 
 
-def test_the_cli_in_the_projects_node_modules_is_found(tmp_path, monkeypatch):
-    from stacks.cli_support import check_toolchain
+def test_the_cli_in_the_projects_node_modules_is_found_first(tmp_path, monkeypatch):
+    """The project's pinned CLI (npm install --save-dev) wins over a global one of another version, as with npx."""
+    from stacks.cli_support import MissingTool, check_toolchain
 
-    bin_dir = _toolchain(tmp_path, cdktn=None)
-    local = _script(tmp_path / "project" / "node_modules" / ".bin", "cdktn", "echo 0.24.0")
+    bin_dir = _toolchain(tmp_path, cdktn="0.23.0")
     monkeypatch.setenv("PATH", str(bin_dir))
     monkeypatch.delenv("TERRAFORM_BINARY_NAME", raising=False)
+    with pytest.raises(MissingTool, match=r"cdktn is 0\.23\.0, the cdktn Python package is 0\.24\.0"):
+        check_toolchain("diff", tmp_path / "project")
+    local = _script(tmp_path / "project" / "node_modules" / ".bin", "cdktn", "echo 0.24.0")
     tools = check_toolchain("diff", tmp_path / "project")
     assert (tools.cli, tools.node_major) == (str(local), 22)
 
