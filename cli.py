@@ -10,6 +10,9 @@ from typing import Any, NoReturn
 
 import click
 
+# the controller's settings module is light (the controller command's flags are built from it at import anyway)
+from controller.settings import MIN_VALUES_POLICIES, PREFERENCE_POLICIES
+
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 OUTPUT_FORMATS = ("table", "json", "yaml")
 KARPENTER_KINDS = ("NodePool", "NodeClaim", "EC2NodeClass", "Provisioner", "AWSNodeTemplate")
@@ -108,15 +111,30 @@ def check_writable(path: str) -> None:
         _fail(f"cannot write {path}: permission denied")
 
 
+def check_directory(path: str) -> None:
+    """Fail (one line, exit 1, before any slow work) when path cannot be or become a writable directory."""
+    target = Path(path)
+    if target.exists() and not target.is_dir():
+        _fail(f"cannot write to {path}: it is not a directory")
+    existing = target
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        _fail(f"cannot write to {path}: {existing} is not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        _fail(f"cannot write to {path}: permission denied")
+
+
 def _format_option(fn: Any) -> Any:
     return click.option("-o", "--output", type=click.Choice(OUTPUT_FORMATS), default="table", show_default=True,
                         help="table for people; json or yaml (with apiVersion and kind) for scripts.")(fn)
 
 
-def _check_env(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    """--env checked as it is parsed, before any slow import: a usage error (exit 2) with did-you-mean."""
-    if value is None:
-        return None
+def _check_env(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    """--env checked as it is parsed, before any slow import: a usage error (exit 2) with did-you-mean. Works for
+    a single --env and for a repeatable one (a tuple)."""
+    if value is None or value == ():
+        return value
     from controller.ops.errors import did_you_mean
     from stacks.environments import InvalidEnvironment, environment_names, environments_dir
 
@@ -124,9 +142,10 @@ def _check_env(ctx: click.Context, param: click.Parameter, value: str | None) ->
         known = environment_names()
     except InvalidEnvironment as e:
         raise click.BadParameter(str(e)) from None
-    if value not in known:
-        where = f" (files in {environments_dir()})" if not known else ""
-        raise click.BadParameter(f"unknown environment {value!r}{did_you_mean(value, known)}{where}")
+    for name in value if isinstance(value, tuple) else (value,):
+        if name not in known:
+            where = f" (files in {environments_dir()})" if not known else ""
+            raise click.BadParameter(f"unknown environment {name!r}{did_you_mean(name, known)}{where}")
     return value
 
 
@@ -222,8 +241,15 @@ def main(ctx: click.Context) -> None:
 @files_option
 @click.option("--catalog", default="aws-us-east-1", show_default=True, metavar="NAME|FILE",
               help="Instance catalog: a bundled name (aws-us-east-1, benchmark) or a snapshot file.")
+@click.option("--preference-policy", type=click.Choice(PREFERENCE_POLICIES), default="Respect", show_default=True,
+              help="The controller's PREFERENCE_POLICY: Ignore drops preferred affinities and ScheduleAnyway "
+                   "spreads up front.")
+@click.option("--min-values-policy", type=click.Choice(MIN_VALUES_POLICIES), default="Strict", show_default=True,
+              help="The controller's MIN_VALUES_POLICY: BestEffort launches with fewer values than minValues "
+                   "where they leave pods unschedulable.")
 @_format_option
-def simulate(files: tuple[str, ...], catalog: str, output: str) -> None:
+def simulate(files: tuple[str, ...], catalog: str, preference_policy: str, min_values_policy: str,
+             output: str) -> None:
     """What would Karpenter launch for these pods? An offline dry run: no cluster, no AWS account.
 
     Reads NodePools, EC2NodeClasses, workloads (Deployments, StatefulSets, Jobs, ... expanded into their pods),
@@ -235,15 +261,18 @@ def simulate(files: tuple[str, ...], catalog: str, output: str) -> None:
       karpy simulate -f examples/
       kubectl get nodes,pods,ds -A -o yaml | karpy simulate -f - -f pools.yaml
       karpy simulate -f apps.yaml -f pools.yaml --catalog snap.json.gz -o json
+      karpy simulate -f examples/ --min-values-policy BestEffort
     """
-    result = _simulate(files, catalog)
+    result = _simulate(files, catalog, preference_policy, min_values_policy)
     from controller.simulate.render import render
 
     click.echo(render(result, output), nl=False)
 
 
-def _simulate(files: tuple[str, ...], catalog: str) -> Any:
-    """Load and simulate, with a progress line on a TTY when it takes a while."""
+def _simulate(files: tuple[str, ...], catalog: str, preference_policy: str = "Respect",
+              min_values_policy: str = "Strict") -> Any:
+    """Load and simulate (under the controller's two scheduling policies), with a progress line on a TTY when it
+    takes a while."""
     from controller.ops.output import progress
     from controller.simulate.run import SimulationError, simulate_documents
 
@@ -251,7 +280,8 @@ def _simulate(files: tuple[str, ...], catalog: str) -> Any:
         docs = _load(files, karpenter="any")
         shown.update(f"simulating {len(docs)} documents")
         try:
-            return simulate_documents(docs, catalog=catalog)
+            return simulate_documents(docs, catalog=catalog, preference_policy=preference_policy,
+                                      min_values_policy=min_values_policy)
         except SimulationError as e:
             _fail(str(e))
 
@@ -398,17 +428,18 @@ def catalog_refresh(region: str, endpoint: str | None, out: str, no_pricing_api:
     """
     import datetime as dt
 
-    import boto3
     from botocore.exceptions import BotoCoreError, ClientError
 
     from controller.catalog.pricing import PriceTable
     from controller.catalog.snapshot import snapshot_from_ec2
+    from controller.cloud.aws.clients import PRICING_CONFIG, make_client
     from controller.cloud.aws.pricing import PricingProvider
 
     check_writable(out)
-    ec2 = boto3.client("ec2", region_name=region, endpoint_url=endpoint)
-    # the Pricing API lives in us-east-1 (and a few others) whatever region is priced
-    pricing = None if no_pricing_api else boto3.client("pricing", region_name="us-east-1")
+    # the controller's retry policy (adaptive, throttling and transient errors retried), not boto3's default
+    ec2 = make_client("ec2", region, endpoint)
+    # the Pricing API lives in us-east-1 (and a few others) whatever region is priced; --endpoint is EC2's only
+    pricing = None if no_pricing_api else make_client("pricing", "us-east-1", config=PRICING_CONFIG)
     live = PricingProvider(pricing, ec2, region, PriceTable())
 
     def price(instance_type: str, zone: str | None) -> float | None:
@@ -462,8 +493,10 @@ def init(name: str, account_id: str, region: str, cluster_name: str | None, dire
     """Start a project: cdktf.json (if missing) and environments/ENV.yaml with every field explained.
 
     \b
-    Example:
-      karpy init --env prod --account-id 111122223333 --region eu-west-1 --cluster-name prod-eu
+    Examples:
+      karpy init --account-id 111122223333 --region us-east-1
+      karpy init --env prod --account-id 111122223333 \\
+          --region eu-west-1 --cluster-name prod-eu -d infra/
     """
     from stacks.environments import InvalidEnvironment, init_project
 
@@ -477,20 +510,36 @@ def init(name: str, account_id: str, region: str, cluster_name: str | None, dire
                f"then `karpy render --env {name}`, or `karpy diff --env {name}` and `karpy deploy --env {name}`")
 
 
+def _env_option(required: bool = True, multiple: bool = False, help_text: str = "") -> Any:
+    """--env of the project commands (render, synth, diff, deploy): completed from the environment files and
+    checked before any slow import, as the ops commands' --env is."""
+    return click.option("--env", "envs" if multiple else "env", required=required, multiple=multiple, metavar="ENV",
+                        shell_complete=_env_names, callback=_check_env,
+                        help=help_text or "Environment (a file in the project's environments/).")
+
+
 @main.command()
-@click.option("--env", "env", required=True, help="Environment (a file in the project's environments/).")
+@_env_option()
 @click.option("-o", "--output-dir", "outdir", default=None, type=click.Path(file_okay=False),
               help="Write one file per object and a kustomization.yaml here instead of YAML on stdout.")
 def render(env: str, outdir: str | None) -> None:
     """The objects the stacks deploy into ENV's cluster, as plain YAML (for kubectl, kustomize, GitOps): CRDs,
     Namespace, ServiceAccount, RBAC, Deployment, PDB, then the NodePools and EC2NodeClasses. Apply them in this order
     (the CRDs must be established before the custom resources). Needs no AWS or cluster access; the IAM roles and the
-    queue they name come from `karpy deploy` (or your own Terraform) under the names shown."""
+    queue they name come from `karpy deploy` (or your own Terraform) under the names shown.
+
+    \b
+    Examples:
+      karpy render --env dev | kubectl apply --server-side -f -
+      karpy render --env prod -o overlays/prod/base
+    """
     from infra.manifests import InvalidKarpenterResources
     from infra.names import InvalidName
     from stacks.environments import InvalidEnvironment, load_environments
     from stacks.render import render_objects, to_yaml, write_directory
 
+    if outdir is not None:
+        check_directory(outdir)
     try:
         objects = render_objects(load_environments(None, [env])[0])
     except (InvalidEnvironment, InvalidName, InvalidKarpenterResources) as e:
@@ -506,25 +555,43 @@ def render(env: str, outdir: str | None) -> None:
 
 
 @main.command()
-@click.option("--env", "envs", multiple=True, help="Environment (repeatable); default: all.")
-@click.option("-o", "--output", "outdir", default="cdktf.out", show_default=True, type=click.Path(file_okay=False))
+@_env_option(required=False, multiple=True, help_text="Environment (repeatable); default: all.")
+@click.option("-o", "--output", "outdir", default="cdktf.out", show_default=True, type=click.Path(file_okay=False),
+              help="Where to write the stacks (DIR/stacks/STACK/cdk.tf.json).")
 def synth(envs: tuple[str, ...], outdir: str) -> None:
     """Synthesize the Terraform JSON of environments' stacks, two per environment in deploy order: ENV (AWS
-    resources and the controller) and ENV-pools (NodePools, EC2NodeClasses). Needs the infra extra and Node.js."""
+    resources and the controller) and ENV-pools (NodePools, EC2NodeClasses). Needs the infra extra and Node.js.
+
+    \b
+    Examples:
+      karpy synth
+      karpy synth --env dev --env prod -o /tmp/stacks
+    """
+    from stacks.cli_support import MissingTool, check_infra_extra, node_version, quiet_environ
     from stacks.environments import InvalidEnvironment, load_environments
 
-    try:  # the environment files first: a bad one is reported before jsii starts
+    try:  # what is missing first: a missing extra or Node.js is a usage-level problem, said before any slow work
+        check_infra_extra("synth")
+        node = node_version()
+    except MissingTool as e:
+        _fail(str(e), 2)
+    quiet_environ(os.environ, node[0])  # jsii inherits this process's environment: no Node.js banner
+    try:  # the environment files and the output directory next: reported before jsii starts
         load_environments(None, list(envs) or None)
     except InvalidEnvironment as e:
         _fail(str(e))
-    try:
-        from stacks.app import synth as synth_stacks
-    except ImportError as e:
-        _fail(f"synth needs the infra extra (pip install 'karpy[infra]'): {e}")
-    try:
-        paths = synth_stacks(list(envs) or None, outdir)
-    except ValueError as e:
-        _fail(str(e))
+    check_directory(outdir)
+    from controller.ops.output import progress
+
+    with progress(f"synthesizing {', '.join(envs) if envs else 'every environment'}"):
+        try:
+            from stacks.app import synth as synth_stacks
+        except ImportError as e:
+            _fail(f"synth needs the infra extra (pip install 'karpy[infra]'): {e}", 2)
+        try:
+            paths = synth_stacks(list(envs) or None, outdir)
+        except ValueError as e:
+            _fail(str(e))
     for path in paths:
         click.echo(path)
 
@@ -532,6 +599,9 @@ def synth(envs: tuple[str, ...], outdir: str) -> None:
 @main.command("synth-app", hidden=True)
 def synth_app() -> None:
     """The app command of cdktf.json: synthesize every environment where cdktf asks."""
+    from stacks.cli_support import quiet_jsii
+
+    quiet_jsii()  # also when the user runs the CDK Terrain CLI directly
     from stacks.app import main as app_main
 
     try:
@@ -541,18 +611,59 @@ def synth_app() -> None:
 
 
 @main.command()
-@click.option("--env", "env", required=True, help="Environment (a file in the project's environments/).")
+@_env_option()
 def diff(env: str) -> None:
     """Show what `deploy` would change in ENV's two stacks (runs the real CDK Terrain CLI and Terraform). Before the
-    first deploy, ENV-pools cannot be planned yet: its CRDs and ENV's state do not exist."""
-    _run_cdk("diff", env)
+    first deploy, ENV-pools cannot be planned yet: its CRDs and ENV's state do not exist.
+
+    Needs the infra extra, Node.js, the CDK Terrain CLI (cdktn-cli) of the cdktn package's version, and terraform;
+    what is missing is named (exit 2) before anything runs.
+
+    \b
+    Examples:
+      karpy diff --env staging
+    """
+    _run_cdk("diff", env, auto_approve=False)
+
+
+def _stdin_is_tty() -> bool:
+    """Whether someone can answer a prompt (a function, so tests can say yes)."""
+    return sys.stdin.isatty()
 
 
 @main.command()
-@click.option("--env", "env", required=True, help="Environment (a file in the project's environments/).")
-def deploy(env: str) -> None:
-    """Deploy ENV: its stack ENV, then ENV-pools once the CRDs are in (the real CDK Terrain CLI and Terraform)."""
-    _run_cdk("deploy", env)
+@_env_option()
+@click.option("-y", "--yes", is_flag=True, help="Deploy without asking (needed when stdin is not a terminal).")
+def deploy(env: str, yes: bool) -> None:
+    """Deploy ENV: its stack ENV, then ENV-pools once the CRDs are in (the real CDK Terrain CLI and Terraform).
+
+    Asks for confirmation on a terminal, as `terraform apply` does; --yes skips the question (CI). Needs what
+    `karpy diff` needs; what is missing is named (exit 2) before anything runs.
+
+    \b
+    Examples:
+      karpy diff --env prod && karpy deploy --env prod
+      karpy deploy --env dev --yes
+    """
+    from stacks.cli_support import MissingTool, check_toolchain, stacks_of
+    from stacks.environments import InvalidEnvironment, load_environments
+
+    try:
+        tools = check_toolchain("deploy")
+    except MissingTool as e:
+        _fail(str(e), 2)
+    if not yes:
+        if not _stdin_is_tty():
+            _fail(f"stdin is not a terminal, so deploy cannot ask for confirmation: pass --yes to deploy {env}", 2)
+        try:
+            cfg = load_environments(None, [env])[0]
+        except InvalidEnvironment as e:
+            _fail(str(e))
+        click.echo(f"Deploying stacks {', '.join(stacks_of(env))} to account {cfg.account_id}, region {cfg.region}, "
+                   f"cluster {cfg.cluster_name}.\n`karpy diff --env {env}` shows the changes first.")
+        if not click.confirm("Deploy?", default=False):
+            _fail("not deployed", 1)
+    _run_cdk("deploy", env, auto_approve=True, toolchain=tools)
 
 
 # ---- operating a cluster ----------------------------------------------------------------------------------------
@@ -705,7 +816,13 @@ def interrupt(queue_url: str | None, env: str | None, instance_id: str | None, n
 @main.command()
 @click.option("-o", "--output", type=click.Choice(OUTPUT_FORMATS), default="table", show_default=True)
 def version(output: str) -> None:
-    """karpy's version, the source revision it was built from, and Python's."""
+    """karpy's version, the source revision it was built from, and Python's.
+
+    \b
+    Examples:
+      karpy version
+      karpy version -o json | jq -r .version
+    """
     from controller.ops.about import version_info, version_line
     from controller.ops.output import dump, machine
 
@@ -803,11 +920,12 @@ def controller(check_config: bool, **flags: str | None) -> None:
     sys.exit(run(settings, sources))
 
 
-def _run_cdk(action: str, env: str) -> None:
+def _run_cdk(action: str, env: str, auto_approve: bool, toolchain: Any = None) -> None:
+    """Run the CDK Terrain CLI for env (see stacks.cli_support.run_cdk); a missing tool exits 2 before it starts."""
     from stacks.cli_support import MissingTool, run_cdk
 
     try:
-        code = run_cdk(action, env)
+        code = run_cdk(action, env, auto_approve=auto_approve, toolchain=toolchain)
     except MissingTool as e:
         _fail(str(e), 2)
     except ValueError as e:

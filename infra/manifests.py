@@ -210,9 +210,9 @@ def validated_manifests(documents: list[dict[str, Any]], source: str) -> list[di
     out = []
     for d in docs:
         model = parse_nodepool(d) if d.kind == "NodePool" else parse_ec2nodeclass(d)
-        manifest = model.to_dict()
-        manifest.pop("status", None)
-        out.append(manifest)
+        # the parsed model's manifest (Karpenter's defaults applied to a copy of the input) as it is, without the
+        # status a deployment does not set: no to_dict() copy of a model used once
+        out.append({key: value for key, value in model.manifest.items() if key != "status"})
     return out
 
 

@@ -2,7 +2,8 @@
 
 The cluster: --kubeconfig (else $KUBECONFIG, else ~/.kube/config) and --context; inside a pod without either, the
 in-cluster service account. --env picks, from that kubeconfig, the context whose cluster's server is the environment's
-cluster endpoint (what `aws eks update-kubeconfig` writes)."""
+cluster endpoint or, for an environment without one, the context named after its cluster's EKS ARN (both what
+`aws eks update-kubeconfig` writes)."""
 
 from __future__ import annotations
 
@@ -43,9 +44,10 @@ def kubeconfig_paths(kubeconfig: str | None) -> list[Path]:
     return [Path.home() / ".kube" / "config"]
 
 
-def context_for_endpoint(endpoint: str, kubeconfig: str | None) -> tuple[str, str]:
-    """(kubeconfig file, context name) whose cluster's server is endpoint; OpsError naming the files searched."""
-    want = endpoint.rstrip("/").lower()
+def _contexts(kubeconfig: str | None) -> tuple[list[tuple[Path, str, str, str]], list[str]]:
+    """(file, context name, its cluster's name, that cluster's server) for every context of the kubeconfig files,
+    in kubectl's order, and the files searched. Unreadable files are skipped (kubectl skips missing ones too)."""
+    found: list[tuple[Path, str, str, str]] = []
     searched = []
     for path in kubeconfig_paths(kubeconfig):
         searched.append(str(path))
@@ -53,13 +55,48 @@ def context_for_endpoint(endpoint: str, kubeconfig: str | None) -> tuple[str, st
             doc = yaml.safe_load(path.read_text()) or {}
         except (OSError, yaml.YAMLError):
             continue
+        if not isinstance(doc, dict):
+            continue
         servers = {str(c.get("name")): str((c.get("cluster") or {}).get("server", "")).rstrip("/").lower()
                    for c in doc.get("clusters") or [] if isinstance(c, dict)}
         for ctx in doc.get("contexts") or []:
-            if isinstance(ctx, dict) and servers.get(str((ctx.get("context") or {}).get("cluster"))) == want:
-                return str(path), str(ctx.get("name"))
+            if isinstance(ctx, dict):
+                cluster = str((ctx.get("context") or {}).get("cluster"))
+                found.append((path, str(ctx.get("name")), cluster, servers.get(cluster, "")))
+    return found, searched
+
+
+def context_for_endpoint(endpoint: str, kubeconfig: str | None) -> tuple[str, str]:
+    """(kubeconfig file, context name) whose cluster's server is endpoint; OpsError naming the files searched."""
+    want = endpoint.rstrip("/").lower()
+    contexts, searched = _contexts(kubeconfig)
+    for path, name, _, server in contexts:
+        if server == want:
+            return str(path), name
     raise OpsError(f"no context for {endpoint} in {', '.join(searched)} "
                    "(aws eks update-kubeconfig --name CLUSTER writes one)")
+
+
+def eks_cluster_arn(region: str, account_id: str, cluster_name: str) -> str:
+    """The ARN `aws eks update-kubeconfig` names a cluster and its context after."""
+    from infra.names import partition_of
+
+    return f"arn:{partition_of(region)}:eks:{region}:{account_id}:cluster/{cluster_name}"
+
+
+def context_for_cluster(env_name: str, region: str, account_id: str, cluster_name: str,
+                        kubeconfig: str | None) -> tuple[str, str]:
+    """(kubeconfig file, context name) for an environment without cluster_endpoint: the context or cluster named
+    by the cluster's EKS ARN (what `aws eks update-kubeconfig` writes), else one named as the cluster; an OpsError
+    naming the environment and the command that writes such a context when none is."""
+    arn = eks_cluster_arn(region, account_id, cluster_name)
+    contexts, searched = _contexts(kubeconfig)
+    for wanted in (arn, cluster_name):
+        for path, name, cluster, _ in contexts:
+            if wanted in (name, cluster):
+                return str(path), name
+    raise OpsError(f"environment {env_name}: no kubeconfig context for cluster {arn} in {', '.join(searched)} "
+                   f"(run: aws eks update-kubeconfig --name {cluster_name} --region {region})")
 
 
 def kube_client(kubeconfig: str | None = None, context: str | None = None, env: str | None = None) -> KubeClient:
@@ -69,8 +106,12 @@ def kube_client(kubeconfig: str | None = None, context: str | None = None, env: 
     from kubernetes.config.config_exception import ConfigException
 
     if env is not None:
-        endpoint = environment(env).cluster_endpoint
-        kubeconfig, context = context_for_endpoint(endpoint, kubeconfig)
+        where = environment(env)
+        if where.cluster_endpoint:
+            kubeconfig, context = context_for_endpoint(where.cluster_endpoint, kubeconfig)
+        else:  # the default of `karpy init`: the stacks read the endpoint from EKS; find the cluster by its name
+            kubeconfig, context = context_for_cluster(env, where.region, where.account_id, where.cluster_name,
+                                                      kubeconfig)
     cfg = k8s.Configuration()
     try:
         if os.environ.get("KUBERNETES_SERVICE_HOST") and not kubeconfig and not context \

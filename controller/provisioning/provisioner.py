@@ -6,7 +6,6 @@ scheduler's inputs, so the dry run and the controller decide the same way. Bindi
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
 import time
@@ -30,8 +29,10 @@ from controller.provisioning import inputs
 from controller.provisioning.batcher import Batcher
 from controller.provisioning.nodeclaimtemplate import nodeclaim_manifest
 from controller.scheduling.pod import Pod
-from controller.scheduling.requirements import Requirements
-from controller.scheduling.scheduler import Plan, Scheduler
+from controller.scheduling.policies import relax_min_values as relax_min_values  # re-exported
+from controller.scheduling.policies import solve
+from controller.scheduling.policies import without_preferences as without_preferences  # re-exported
+from controller.scheduling.scheduler import Plan
 from controller.scheduling.types import ExistingNode, SchedNodePool
 from controller.state.cluster import Cluster, is_terminal, is_true, provider_id
 
@@ -66,19 +67,6 @@ def nodeclass_not_ready(nodeclass: dict[str, Any] | None, ref_name: str) -> str:
         why = (cond or {}).get("message") or "status not resolved yet"
         return f'EC2NodeClass "{ref_name}" is not ready: {str(why)[:200]}'
     return ""
-
-
-def without_preferences(pod: Pod) -> Pod:
-    """PREFERENCE_POLICY=Ignore, as Karpenter does it: preferred node and pod (anti-)affinity and ScheduleAnyway
-    spread constraints dropped before scheduling, instead of relaxed one at a time."""
-    return dataclasses.replace(pod, preferred_node=(), preferred_affinity=(), preferred_anti_affinity=(),
-                               spread=tuple(c for c in pod.spread if c.hard), class_key=None)
-
-
-def relax_min_values(pool: SchedNodePool) -> SchedNodePool:
-    """The NodePool with its requirements' minValues dropped (MIN_VALUES_POLICY=BestEffort's second try)."""
-    reqs = Requirements([dataclasses.replace(r, min_values=None) for r in pool.requirements])
-    return dataclasses.replace(pool, requirements=reqs)
 
 
 def min_values_relaxed(nodepool: dict[str, Any], options: list[InstanceType]) -> bool:
@@ -313,7 +301,7 @@ class Provisioner:
             raw_by_key[key_of(raw)] = raw
             try:
                 pod = inputs.scheduling_pod(raw)
-                pods.append(without_preferences(pod) if self.preference_policy == "Ignore" else pod)
+                pods.append(pod)
             except inputs.InputError as e:
                 results.unschedulable[key_of(raw)] = str(e)[:300]
                 self.recorder.publish(raw, "Warning", "FailedScheduling", f"Failed to schedule pod, {str(e)[:300]}")
@@ -331,14 +319,8 @@ class Provisioner:
         log.info("computing scheduling decision for provisionable pod(s)",
                  extra={"controller": "provisioner", "pending-pods": len(pods), "nodepools": len(pools),
                         "existing-nodes": len(existing)})
-        plan = Scheduler(pools, existing, daemonsets).solve(pods)
-        if self.min_values_policy == "BestEffort" and plan.unschedulable and any(
-                r.min_values for p in pools for r in p.requirements):
-            # Karpenter's BestEffort: where minValues leaves pods unschedulable, launch with fewer distinct values
-            # (and say so on the NodeClaim) rather than not at all
-            relaxed = Scheduler([relax_min_values(p) for p in pools], existing, daemonsets).solve(pods)
-            if len(relaxed.unschedulable) < len(plan.unschedulable):
-                plan = relaxed
+        # PREFERENCE_POLICY and MIN_VALUES_POLICY as `karpy simulate` applies them too
+        plan = solve(pools, existing, daemonsets, pods, self.preference_policy, self.min_values_policy)
         M.SCHEDULING_DURATION.labels(controller="provisioner").observe(time.perf_counter() - started)
         self._act(plan, manifests, existing, raw_by_key, results)
         log.info("computed new nodeclaim(s) to fit pod(s)", extra={

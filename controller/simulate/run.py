@@ -17,7 +17,8 @@ from controller.catalog.snapshot import Catalog, load_catalog
 from controller.catalog.types import InstanceType
 from controller.provisioning import inputs
 from controller.scheduling.pod import Pod
-from controller.scheduling.scheduler import Plan, Scheduler
+from controller.scheduling.policies import solve
+from controller.scheduling.scheduler import Plan
 from controller.scheduling.types import ExistingNode, SchedNodePool
 from controller.simulate.workloads import SimulationInputs, classify
 
@@ -112,8 +113,10 @@ def _pod(raw: dict[str, Any], where: str, volumes: inputs.VolumeTopology | None 
         raise SimulationError(f"{where}: {e}" if where else str(e)) from None
 
 
-def simulate_documents(documents: list[Document], catalog: str = "aws-us-east-1") -> SimulationResult:
-    """Run the simulation on parsed documents against a catalog (bundled name or snapshot path)."""
+def simulate_documents(documents: list[Document], catalog: str = "aws-us-east-1", preference_policy: str = "Respect",
+                       min_values_policy: str = "Strict") -> SimulationResult:
+    """Run the simulation on parsed documents against a catalog (bundled name or snapshot path), under the
+    controller's PREFERENCE_POLICY and MIN_VALUES_POLICY (the same solve the provisioner runs)."""
     errors = [str(e) for d in documents for e in validate_document(d)]
     errors += [e for d in documents for e in shape_errors(d)]
     if errors:
@@ -143,6 +146,6 @@ def simulate_documents(documents: list[Document], catalog: str = "aws-us-east-1"
             daemonsets.append(inputs.daemonset_pod(doc.raw))
         except inputs.InputError as e:
             raise SimulationError(f"{doc.source}: {e}") from None
-    plan = Scheduler(pools, existing, daemonsets).solve(pods, lower_bound=True)
+    plan = solve(pools, existing, daemonsets, pods, preference_policy, min_values_policy, lower_bound=True)
     return SimulationResult(plan=plan, catalog=cat, nodepools=[p.name for p in pools], pods=pods,
                             existing_nodes=existing, notes=notes)

@@ -291,7 +291,47 @@ def test_cli_synth(tmp_path, monkeypatch):
     assert ok.output.split() == [str(tmp_path / "stacks" / "dev"), str(tmp_path / "stacks" / "dev-pools")]
     assert (tmp_path / "stacks" / "dev-pools" / "cdk.tf.json").exists()
     bad = CliRunner().invoke(main, ["synth", "--env", "qa", "-o", str(tmp_path)])
-    assert bad.exit_code == 1 and "unknown environment(s) qa; known: dev, prod, staging" in bad.output
+    assert bad.exit_code == 2 and "unknown environment 'qa' (one of: dev, prod, staging)" in bad.output
+
+
+def test_synth_prints_the_stacks_a_progress_line_and_nothing_else(tmp_path):
+    """As a user runs it at a terminal (a process of its own, starting jsii, stderr a pseudo-terminal): stdout is the
+    two stack directories; stderr is only the progress line, cleared at the end: no jsii Node.js banner ("Node 20 is
+    end-of-life" as Python bytes reprs), no library warnings."""
+    import pty
+    import threading
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JSII_SILENCE_")}
+    primary, secondary = pty.openpty()
+    seen = bytearray()
+
+    def read() -> None:  # drained while the process runs, so it never blocks on a full terminal buffer
+        while True:
+            try:
+                chunk = os.read(primary, 4096)
+            except OSError:
+                return
+            if not chunk:
+                return
+            seen.extend(chunk)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        proc = subprocess.run([sys.executable, "-c", "import cli; cli.main()", "synth", "--env", "dev", "-o",
+                               str(tmp_path)], cwd=ROOT, stdout=subprocess.PIPE, stderr=secondary, text=True,
+                              timeout=300, env={**env, "PYTHONPATH": str(ROOT), "COLUMNS": "80"})
+    finally:
+        os.close(secondary)
+        reader.join(timeout=10)
+        os.close(primary)
+    stderr = seen.decode()
+    assert proc.returncode == 0, stderr[-2000:]
+    assert proc.stdout.split() == [str(tmp_path / "stacks" / "dev"), str(tmp_path / "stacks" / "dev-pools")]
+    frames = [part.strip() for part in stderr.split("\r") if part.strip()]
+    assert frames, "no progress line on a terminal"
+    assert all(re.fullmatch(r"[|/\\-] synthesizing dev \(\d+s\)", f) for f in frames), stderr[-2000:]
+    assert stderr.endswith("\r")  # the line is cleared: nothing of it is left beside later output
 
 
 def test_cdktf_app_runs_from_the_installed_karpy(tmp_path):
@@ -357,50 +397,57 @@ def test_deployment_runs_the_built_image_writing_only_to_tmp(stacks, env):
     assert pod["volumes"] == [{"name": "tmp", "emptyDir": {}}]
 
 
-def test_deploy_says_what_is_missing(monkeypatch):
+def test_deploy_says_what_is_missing(monkeypatch, tmp_path):
+    """On a machine with none of the tools (an empty PATH), and one with all but terraform; an unknown --env is a
+    usage error before any of that is looked at."""
     from click.testing import CliRunner
 
-    import stacks.cli_support as support
     from cli import main
 
     monkeypatch.chdir(ROOT)
-    monkeypatch.setattr(support.shutil, "which", lambda name: None)  # a machine with none of the tools
-    res = CliRunner().invoke(main, ["deploy", "--env", "dev"])
-    assert res.exit_code == 2 and "terraform (or OpenTofu) is not installed" in res.output
-    monkeypatch.setattr(support.shutil, "which", lambda name: "/usr/bin/terraform" if name == "terraform" else None)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    res = CliRunner().invoke(main, ["deploy", "--env", "dev", "--yes"])
+    assert res.exit_code == 2 and res.output.startswith("error: Node.js is not installed"), res.output
+    for name, text in (("node", "echo v22.19.0"), ("cdktn", "echo 0.24.0")):
+        (tmp_path / name).write_text(f"#!/bin/sh\n{text}\n")
+        (tmp_path / name).chmod(0o755)
     res = CliRunner().invoke(main, ["diff", "--env", "dev"])
-    assert res.exit_code == 2 and "Node.js is not installed" in res.output
+    assert res.exit_code == 2 and res.output.startswith("error: terraform is not installed"), res.output
     res = CliRunner().invoke(main, ["diff", "--env", "qa"])
-    assert res.exit_code == 1 and "unknown environment 'qa'" in res.output
+    assert res.exit_code == 2 and "unknown environment 'qa'" in res.output
 
 
 def test_deploy_and_diff_cover_both_stacks(monkeypatch):
     """`deploy --env E` is one CDK Terrain run over E and E-pools (the CLI refuses a stack without the stacks it
-    depends on, and applies E-pools only once E is applied); `diff` diffs E, then E-pools, and stops at a failure."""
+    depends on, and applies E-pools only once E is applied), approved only when the caller says the user approved;
+    `diff` diffs E, then E-pools, and stops at a failure."""
     import stacks.cli_support as support
 
     monkeypatch.chdir(ROOT)
-    monkeypatch.setattr(support.shutil, "which", lambda name: f"/usr/bin/{name}")
+    tools = support.Toolchain("/opt/bin/cdktn", 22)
     calls: list[list[str]] = []
-    codes = iter([0, 0, 0, 3])
+    codes = iter([0, 0, 0, 0, 3])
 
     class Done:
         def __init__(self, code: int) -> None:
             self.returncode = code
 
-    def run(cmd, cwd, check):  # stands in for the CDK Terrain CLI, which would need AWS and a cluster
-        assert cwd == ROOT
+    def run(cmd, cwd, env, check):  # stands in for the CDK Terrain CLI, which would need AWS and a cluster
+        assert cwd == ROOT and env["JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION"].split(",")[-1] == "22"
         calls.append(cmd)
         return Done(next(codes))
 
     monkeypatch.setattr(support.subprocess, "run", run)
-    assert support.run_cdk("deploy", "dev") == 0
-    assert calls == [["cdktn", "deploy", "dev", "dev-pools", "--auto-approve"]]
+    assert support.run_cdk("deploy", "dev", toolchain=tools) == 0
+    assert calls == [["/opt/bin/cdktn", "deploy", "dev", "dev-pools"]]  # not approved: the CLI asks itself
     calls.clear()
-    assert support.run_cdk("diff", "dev") == 0
-    assert calls == [["cdktn", "diff", "dev"], ["cdktn", "diff", "dev-pools"]]
+    assert support.run_cdk("deploy", "dev", auto_approve=True, toolchain=tools) == 0
+    assert calls == [["/opt/bin/cdktn", "deploy", "dev", "dev-pools", "--auto-approve"]]
     calls.clear()
-    assert support.run_cdk("diff", "prod") == 3 and calls == [["cdktn", "diff", "prod"]]
+    assert support.run_cdk("diff", "dev", toolchain=tools) == 0
+    assert calls == [["/opt/bin/cdktn", "diff", "dev"], ["/opt/bin/cdktn", "diff", "dev-pools"]]
+    calls.clear()
+    assert support.run_cdk("diff", "prod", toolchain=tools) == 3 and calls == [["/opt/bin/cdktn", "diff", "prod"]]
 
 
 def test_spot_service_linked_role_is_opt_in(stacks):

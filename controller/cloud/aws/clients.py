@@ -50,3 +50,11 @@ def make_clients(region: str | None, endpoint_url: str | None = None, mode: str 
     return AWSClients(ec2=make("ec2"), ssm=make("ssm"), iam=make("iam"), sqs=make("sqs"),
                       pricing=make("pricing", "us-east-1", PRICING_CONFIG) if pricing else None,
                       eks=make("eks") if eks else None)
+
+
+def make_client(service: str, region: str | None, endpoint_url: str | None = None,
+                config: Config | None = None) -> Any:
+    """One client with karpy's retry policy (client_config() unless config is given), for the commands that need
+    one or two services rather than the controller's set (karpy catalog refresh)."""
+    session: Any = boto3.session.Session()
+    return session.client(service, region_name=region, endpoint_url=endpoint_url, config=config or client_config())
