@@ -9,9 +9,10 @@ import yaml
 
 from controller.catalog.types import InstanceType, Offering
 from controller.cloud.aws.discovery import Subnet, subnets_by_zone, tag_filters
-from controller.cloud.aws.fleet import MAX_OVERRIDES, choose_overrides, ownership_tags
+from controller.cloud.aws.fleet import MAX_OVERRIDES, choose_overrides
 from controller.cloud.aws.instances import parse_provider_id, provider_id
 from controller.cloud.aws.launchtemplates import LaunchTemplateSpec
+from controller.cloud.aws.tags import owned_by, ownership_filters, ownership_tags
 from controller.cloud.aws.unavailable import UnavailableOfferings
 from controller.cloud.aws.userdata import ClusterInfo, NodeSettings, al2023_user_data
 from controller.scheduling.requirements import Requirements
@@ -103,9 +104,26 @@ def test_provider_ids_and_tags():
         parse_provider_id("gce://p/z/n")
     assert tag_filters({"karpenter.sh/discovery": "prod", "Name": "*"}) == [
         {"Name": "tag:karpenter.sh/discovery", "Values": ["prod"]}, {"Name": "tag-key", "Values": ["Name"]}]
-    tags = ownership_tags("prod", "default", "default-x7k2p", "default", {"team": "a"})
-    assert tags["kubernetes.io/cluster/prod"] == "owned" and tags["eks:eks-cluster-name"] == "prod"
-    assert tags["karpenter.sh/nodeclaim"] == "default-x7k2p" and tags["Name"] == "default-x7k2p"
+
+
+def test_one_ownership_tag_helper_for_instances_profiles_templates_and_filters():
+    assert ownership_tags("prod", nodepool="default", nodeclaim="default-x7k2p", nodeclass="default",
+                          user_tags={"team": "a", "eks:eks-cluster-name": "spoofed"}) == {
+        "team": "a", "kubernetes.io/cluster/prod": "owned", "eks:eks-cluster-name": "prod",
+        "karpenter.sh/nodepool": "default", "karpenter.sh/nodeclaim": "default-x7k2p",
+        "karpenter.k8s.aws/ec2nodeclass": "default", "Name": "default-x7k2p"}
+    assert ownership_tags("prod", nodeclaim="c", user_tags={"Name": "mine"})["Name"] == "mine"
+    # instance profiles: what the iam:*InstanceProfile conditions of the controller policy key on
+    assert ownership_tags("prod", nodeclass="default", region="us-east-1") == {
+        "kubernetes.io/cluster/prod": "owned", "eks:eks-cluster-name": "prod",
+        "karpenter.k8s.aws/ec2nodeclass": "default", "topology.kubernetes.io/region": "us-east-1"}
+    assert ownership_filters("prod", nodeclaim="c", tag_keys=("karpenter.sh/nodepool",)) == [
+        {"Name": "tag:kubernetes.io/cluster/prod", "Values": ["owned"]},
+        {"Name": "tag:karpenter.sh/nodeclaim", "Values": ["c"]},
+        {"Name": "tag-key", "Values": ["karpenter.sh/nodepool"]}]
+    assert owned_by({"kubernetes.io/cluster/prod": "owned"}, "prod")
+    assert owned_by({"eks:eks-cluster-name": "prod"}, "prod")
+    assert not owned_by({"kubernetes.io/cluster/prod": "shared", "eks:eks-cluster-name": "dev"}, "prod")
 
 
 def test_most_free_ips_per_zone():

@@ -26,6 +26,7 @@ from controller.cloud.aws.errors import (
     LaunchError,
     LaunchTemplateNotFoundError,
 )
+from controller.cloud.aws.tags import ownership_tags
 from controller.cloud.aws.unavailable import UnavailableOfferings
 from controller.scheduling.requirements import Requirements
 
@@ -42,16 +43,6 @@ class Override:
     subnet: Subnet
     price: float
     arch: str = "amd64"
-
-
-def ownership_tags(cluster_name: str, nodepool: str, nodeclaim: str, nodeclass: str,
-                   user_tags: dict[str, str] | None = None) -> dict[str, str]:
-    """The tags on every instance, volume and network interface: what Karpenter's scoped IAM policy keys on."""
-    tags = dict(user_tags or {})
-    tags.update({f"kubernetes.io/cluster/{cluster_name}": "owned", "eks:eks-cluster-name": cluster_name,
-                 L.NODEPOOL: nodepool, "karpenter.sh/nodeclaim": nodeclaim, L.EC2NODECLASS: nodeclass,
-                 "Name": tags.get("Name", nodeclaim)})
-    return tags
 
 
 def choose_overrides(requirements: Requirements, instance_types: list[InstanceType], subnets: dict[str, Subnet],
@@ -104,7 +95,8 @@ def launch(ec2: Any, *, cluster_name: str, nodeclaim: dict[str, Any], nodeclass_
         return existing
     nodepool = (nodeclaim["metadata"].get("labels") or {}).get(L.NODEPOOL, "")
     requirements = Requirements.from_node_selector_requirements(nodeclaim["spec"].get("requirements") or [])
-    tags = ownership_tags(cluster_name, nodepool, name, nodeclass_name, user_tags)
+    tags = ownership_tags(cluster_name, nodepool=nodepool, nodeclaim=name, nodeclass=nodeclass_name,
+                          user_tags=user_tags)
     tag_list = [{"Key": k, "Value": v} for k, v in sorted(tags.items())]
     token = hashlib.sha256(f"{cluster_name}/{name}/{nodeclaim['metadata'].get('uid', '')}".encode()).hexdigest()[:64]
     for attempt in range(MAX_ATTEMPTS):

@@ -32,6 +32,7 @@ from controller.cloud.aws.launchtemplates import (
     block_device_mappings,
     ensure,
 )
+from controller.cloud.aws.tags import NODECLAIM, matches, owner_tags, ownership_filters, ownership_tags
 from controller.cloud.aws.unavailable import UnavailableOfferings
 from controller.cloud.aws.userdata import (
     ClusterInfo,
@@ -43,7 +44,6 @@ from controller.cloud.aws.userdata import (
 from controller.cloud.provider import LaunchedNode
 
 DISCOVERY_TTL_SECONDS = 60.0
-NODECLAIM_TAG = "karpenter.sh/nodeclaim"
 
 
 def resolved_from_status(nodeclass: dict[str, Any]) -> tuple[dict[str, Subnet], list[SecurityGroup], list[AMI],
@@ -122,8 +122,7 @@ class AWSCloudProvider:
         node = NodeSettings(labels=labels, taints=list(nodeclaim["spec"].get("taints") or [])
                             + list(nodeclaim["spec"].get("startupTaints") or []), kubelet=spec.get("kubelet") or {})
         user_data = render(self.cluster, node, spec.get("userData"))
-        owned = {f"kubernetes.io/cluster/{self.cluster.name}": "owned", "eks:eks-cluster-name": self.cluster.name,
-                 L.EC2NODECLASS: name}
+        owned = ownership_tags(self.cluster.name, nodeclass=name)
         templates = {}
         for ami in amis:
             lt = LaunchTemplateSpec(image_id=ami.id, user_data=user_data,
@@ -174,13 +173,12 @@ class AWSCloudProvider:
     def delete_launch_templates(self, nodeclass: str) -> list[str]:
         """Delete the launch templates tagged for this cluster and EC2NodeClass (the node class is going away);
         returns their names."""
-        wanted = {"eks:eks-cluster-name": self.cluster.name, L.EC2NODECLASS: nodeclass}
         names = []
         paginator = self.ec2.get_paginator("describe_launch_templates")
-        for page in paginator.paginate(Filters=[{"Name": f"tag:{k}", "Values": [v]} for k, v in wanted.items()]):
+        for page in paginator.paginate(Filters=ownership_filters(self.cluster.name, nodeclass=nodeclass)):
             for lt in page.get("LaunchTemplates", []):
                 tags = {t["Key"]: t["Value"] for t in lt.get("Tags", [])}
-                if all(tags.get(k) == v for k, v in wanted.items()):
+                if matches(tags, owner_tags(self.cluster.name, nodeclass=nodeclass)):
                     names.append(lt["LaunchTemplateName"])
         for lt_name in names:
             try:
@@ -205,7 +203,7 @@ class AWSCloudProvider:
         return LaunchedNode(provider_id=inst.provider_id, instance_type=inst.instance_type, zone=inst.zone,
                             capacity_type=inst.capacity_type, image_id=inst.image_id, labels=labels,
                             capacity=dict(it.capacity) if it else {}, allocatable=it.allocatable if it else {},
-                            launch_time=launch_time, state=inst.state, nodeclaim=inst.tags.get(NODECLAIM_TAG, ""))
+                            launch_time=launch_time, state=inst.state, nodeclaim=inst.tags.get(NODECLAIM, ""))
 
     def _describe_instances(self, **kwargs: Any) -> list[LaunchedNode]:
         out = []
@@ -235,8 +233,7 @@ class AWSCloudProvider:
         """Every live machine of this cluster that Karpenter launched (owned by the cluster, tagged with a NodePool),
         as Karpenter's garbage collection lists them."""
         return self._describe_instances(Filters=[
-            {"Name": f"tag:kubernetes.io/cluster/{self.cluster.name}", "Values": ["owned"]},
-            {"Name": "tag-key", "Values": [L.NODEPOOL]},
+            *ownership_filters(self.cluster.name, tag_keys=(L.NODEPOOL,)),
             {"Name": "instance-state-name", "Values": list(instances.LIVE_STATES)}])
 
     def delete(self, provider_id: str) -> None:
