@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import datetime as dt
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 from botocore.exceptions import ClientError
+from cachetools import TTLCache
 
 from controller.api import labels as L
 from controller.api.models import ami_family
@@ -44,6 +46,7 @@ from controller.cloud.aws.userdata import (
 from controller.cloud.provider import LaunchedNode
 
 DISCOVERY_TTL_SECONDS = 60.0
+MAX_DISCOVERED = 3 * 1024  # three entries per EC2NodeClass
 
 
 def resolved_from_status(nodeclass: dict[str, Any]) -> tuple[dict[str, Subnet], list[SecurityGroup], list[AMI],
@@ -83,15 +86,20 @@ class AWSCloudProvider:
         self.instance_types = instance_types
         self.unavailable = unavailable or instance_types.unavailable
         self.clock = clock
-        self._discovered: dict[str, tuple[float, Any]] = {}
+        # subnets, security groups and AMIs resolved here (when the status controller has not), for a minute
+        self._discovered: TTLCache[str, Any] = TTLCache(MAX_DISCOVERED, DISCOVERY_TTL_SECONDS, timer=clock)
+        self._discovered_lock = threading.Lock()
         self._templates: set[str] = set()  # launch templates known to exist (recreated if CreateFleet says not)
 
     def _cached(self, key: str, make: Callable[[], Any]) -> Any:
-        hit = self._discovered.get(key)
-        if hit is not None and self.clock() - hit[0] < DISCOVERY_TTL_SECONDS:
-            return hit[1]
-        value = make()
-        self._discovered[key] = (self.clock(), value)
+        """The discovery result under key, made anew when older than a minute."""
+        with self._discovered_lock:
+            hit = self._discovered.get(key)
+        if hit is not None:
+            return hit
+        value = make()  # outside the lock: an EC2 call must not hold up launches for other node classes
+        with self._discovered_lock:
+            self._discovered[key] = value
         return value
 
     def get_instance_types(self, nodeclass: dict[str, Any]) -> list[InstanceType]:
@@ -188,8 +196,9 @@ class AWSCloudProvider:
                                                        "InvalidLaunchTemplateId.NotFound"):
                     raise
             self._templates.discard(lt_name)
-        for key in (f"subnets/{nodeclass}", f"sgs/{nodeclass}", f"amis/{nodeclass}"):
-            self._discovered.pop(key, None)
+        with self._discovered_lock:
+            for key in (f"subnets/{nodeclass}", f"sgs/{nodeclass}", f"amis/{nodeclass}"):
+                self._discovered.pop(key, None)
         return names
 
     def _describe(self, inst: instances.Instance, its: list[InstanceType] | None = None,
