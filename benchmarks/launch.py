@@ -23,6 +23,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import boto3
 from botocore.config import Config
 
+from controller.cloud.provider import LaunchRequest, NodeClass
+
 
 def setup(endpoint: str) -> tuple[Any, dict[str, Any]]:
     """A cluster's worth of AWS resources on LocalStack and a provider for it (tests/integration/aws_world.py)."""
@@ -36,13 +38,14 @@ def setup(endpoint: str) -> tuple[Any, dict[str, Any]]:
                       prices={"m5.large": 0.096, "c5.large": 0.085, "m5.xlarge": 0.192}, seeded_prefix="/karpy-bench")
 
 
-def nodeclaim(i: int) -> dict[str, Any]:
-    """The i-th NodeClaim manifest."""
-    return {"metadata": {"name": f"default-{i:05d}-{uuid.uuid4().hex[:4]}", "uid": str(uuid.uuid4()),
-                         "labels": {"karpenter.sh/nodepool": "default"}},
-            "spec": {"requirements": [{"key": "node.kubernetes.io/instance-type", "operator": "In",
-                                       "values": ["m5.large", "c5.large", "m5.xlarge"]}],
-                     "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}}}
+def nodeclaim(i: int) -> LaunchRequest:
+    """The i-th NodeClaim's launch request."""
+    return LaunchRequest.from_manifest({
+        "metadata": {"name": f"default-{i:05d}-{uuid.uuid4().hex[:4]}", "uid": str(uuid.uuid4()),
+                     "labels": {"karpenter.sh/nodepool": "default"}},
+        "spec": {"requirements": [{"key": "node.kubernetes.io/instance-type", "operator": "In",
+                                   "values": ["m5.large", "c5.large", "m5.xlarge"]}],
+                 "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}}})
 
 
 def main() -> None:
@@ -52,7 +55,8 @@ def main() -> None:
     ap.add_argument("--nodeclaims", type=int, default=100)
     ap.add_argument("--workers", type=int, default=8)
     a = ap.parse_args()
-    provider, nodeclass = setup(a.endpoint)
+    provider, manifest = setup(a.endpoint)
+    nodeclass = NodeClass.from_manifest(manifest)
     provider.create(nodeclaim(-1), nodeclass)  # warm the discovery, AMI, profile and template caches
     start = time.perf_counter()
     sequential = [provider.create(nodeclaim(i), nodeclass) for i in range(a.nodeclaims)]

@@ -19,7 +19,7 @@ from controller.api import conditions as C
 from controller.api import labels as L
 from controller.api.quantity import QuantityError, resources_from_dict
 from controller.cloud.errors import InsufficientCapacityError, NodeClassNotReadyError
-from controller.cloud.provider import CloudProvider, LaunchedNode
+from controller.cloud.provider import CloudProvider, LaunchedNode, LaunchRequest, NodeClass
 from controller.failpoints import failpoint
 from controller.kube import resources as R
 from controller.kube.client import KubeClient
@@ -146,7 +146,7 @@ class LifecycleController:
         try:
             with M.measure(M.CLOUDPROVIDER_DURATION, controller="nodeclaim.lifecycle", method="Create",
                            provider="aws"):
-                launched = self.cloud.create(claim, nodeclass)
+                launched = self.cloud.create(LaunchRequest.from_manifest(claim), NodeClass.from_manifest(nodeclass))
         except InsufficientCapacityError as e:
             M.CLOUDPROVIDER_ERRORS.labels(controller="nodeclaim.lifecycle", method="Create", provider="aws",
                                           error="InsufficientCapacityError").inc()

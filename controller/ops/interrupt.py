@@ -17,6 +17,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from controller.api import labels as L
 from controller.cloud.aws.instances import LIVE_STATES, parse_provider_id
+from controller.cloud.aws.tags import owned_by
 from controller.interruption.messages import SpotInterruption, parse_message
 from controller.ops.errors import OpsError
 from infra.events import sample_event
@@ -96,8 +97,7 @@ def check_instance(ec2: Any, instance_id: str, cluster_name: str | None = None) 
     tags = {t["Key"]: t["Value"] for t in inst.get("Tags", [])}
     if L.NODEPOOL not in tags:
         raise OpsError(f"instance {instance_id} is not karpy's (no {L.NODEPOOL} tag); refusing to interrupt it")
-    if cluster_name and tags.get(f"kubernetes.io/cluster/{cluster_name}") != "owned" \
-            and tags.get("eks:eks-cluster-name") != cluster_name:
+    if cluster_name and not owned_by(tags, cluster_name):
         raise OpsError(f"instance {instance_id} does not belong to cluster {cluster_name}; refusing to interrupt it")
     return inst
 

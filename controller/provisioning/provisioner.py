@@ -19,7 +19,7 @@ from controller.api import labels as L
 from controller.api.quantity import QuantityError, resources_from_dict
 from controller.api.validation import spec_errors
 from controller.catalog.types import InstanceType
-from controller.cloud.provider import CloudProvider
+from controller.cloud.provider import CloudProvider, NodeClass
 from controller.kube import resources as R
 from controller.kube.client import KubeClient
 from controller.kube.errors import KubeError
@@ -38,7 +38,6 @@ from controller.state.cluster import Cluster, is_terminal, is_true, provider_id
 
 log = logging.getLogger("karpy.provisioner")
 CREATE_WORKERS = 8
-INSTANCE_TYPES_TTL = 60.0
 
 
 @dataclass
@@ -99,7 +98,7 @@ class Provisioner:
         self.batcher = batcher or Batcher()
         self.is_leader = is_leader
         self.clock = clock
-        self._types: dict[str, tuple[float, str, list[InstanceType]]] = {}  # nodeclass -> (at, rv, types)
+        self._warmed: set[str] = set()  # node classes whose instance types the cloud provider has fetched
         self._pods: dict[tuple[str, str], Pod] = {}  # (uid, resourceVersion) -> converted pod, for bound pods
 
     # ---- loop --------------------------------------------------------------------------------------------------
@@ -141,7 +140,7 @@ class Provisioner:
             waiting = False
             for nodeclass in self.cluster.nodeclasses():
                 name = nodeclass["metadata"]["name"]
-                if name in self._types:
+                if name in self._warmed:
                     continue
                 if nodeclass_not_ready(nodeclass, name):
                     waiting = True
@@ -156,14 +155,10 @@ class Provisioner:
 
     # ---- inputs ------------------------------------------------------------------------------------------------
     def _instance_types(self, nodeclass: dict[str, Any]) -> list[InstanceType]:
-        name = nodeclass["metadata"]["name"]
-        rv = str(nodeclass["metadata"].get("resourceVersion", ""))
-        hit = self._types.get(name)
-        now = self.clock()
-        if hit is not None and hit[1] == rv and now - hit[0] < INSTANCE_TYPES_TTL:
-            return hit[2]
-        types = self.cloud.get_instance_types(nodeclass)
-        self._types[name] = (now, rv, types)
+        """The node class's instance types, asked of the cloud provider every time: its cache is the only one, and
+        it is rebuilt when offerings are marked unavailable, so a batch right after an ICE plans without them."""
+        types = self.cloud.get_instance_types(NodeClass.from_manifest(nodeclass))
+        self._warmed.add(nodeclass["metadata"]["name"])
         return types
 
     def _pod(self, raw: dict[str, Any]) -> Pod:
@@ -271,15 +266,21 @@ class Provisioner:
     def _expected_allocatable(self, claim: dict[str, Any]) -> dict[str, int]:
         """Before launch, the smallest allocatable among the NodeClaim's instance-type options."""
         ref = ((claim.get("spec") or {}).get("nodeClassRef") or {}).get("name", "")
-        hit = self._types.get(str(ref))
+        nodeclass = self.cluster.nodeclass(str(ref))
         options = next((r.get("values") or [] for r in (claim.get("spec") or {}).get("requirements") or []
                         if r.get("key") == L.INSTANCE_TYPE and r.get("operator") == "In"), [])
-        if hit is None or not options:
+        types: list[InstanceType] | None = None
+        if nodeclass is not None and options and not nodeclass_not_ready(nodeclass, str(ref)):
+            try:
+                types = self._instance_types(nodeclass)
+            except Exception:  # the cloud cannot say now: the requests are the best estimate
+                types = None
+        if types is None:
             try:
                 return resources_from_dict(((claim.get("spec") or {}).get("resources") or {}).get("requests"))
             except QuantityError:
                 return {}
-        by_name = {it.name: it for it in hit[2]}
+        by_name = {it.name: it for it in types}
         allocs = [by_name[o].allocatable for o in options if o in by_name]
         if not allocs:
             return {}

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from controller.api import labels as L
-from controller.catalog.types import InstanceType
+from controller.catalog.types import InstanceType, Offering
 from controller.scheduling.pod import Pod, Toleration
 from controller.scheduling.requirements import Requirement, Requirements
 from controller.scheduling.types import SchedNodePool, untolerated
@@ -22,6 +22,62 @@ OFFERING_KEYS = frozenset({L.ZONE, L.CAPACITY_TYPE, L.HOSTNAME, L.NODEPOOL})
 INF = float("inf")
 
 
+class OfferingFilter:
+    """The one offering/requirement compatibility predicate (scheduler, CreateFleet overrides, the fake cloud):
+    whether an offering's zone, zone ID, capacity type and capacity reservation satisfy a set of requirements, as
+    Karpenter's Offerings.Compatible. Built once per requirement set; allows() is then a few comparisons."""
+
+    __slots__ = ("_capacity_type", "_reservation", "_unconstrained", "_zone", "_zone_id")
+
+    def __init__(self, reqs: Requirements) -> None:
+        self._zone = reqs.get(L.ZONE)
+        self._zone_id = reqs.get(L.ZONE_ID)
+        self._capacity_type = reqs.get(L.CAPACITY_TYPE)
+        self._reservation = reqs.get(L.CAPACITY_RESERVATION_ID)
+        self._unconstrained = (self._zone is None and self._zone_id is None and self._capacity_type is None
+                               and self._reservation is None)
+
+    def allows(self, o: Offering) -> bool:
+        """Whether the offering meets the requirements (availability is the caller's question: a DaemonSet counts
+        on a type whatever its capacity today, a launch needs an available offering)."""
+        if self._unconstrained:
+            return True
+        if self._zone is not None and not self._zone.has(o.zone):
+            return False
+        if self._zone_id is not None and o.zone_id and not self._zone_id.has(o.zone_id):
+            return False
+        if self._capacity_type is not None and not self._capacity_type.has(o.capacity_type):
+            return False
+        if self._reservation is not None:
+            # only reserved offerings carry a reservation ID; requiring one rules the others out
+            return self._reservation.has(o.reservation_id) if o.reservation_id else self._reservation.allows_absent()
+        return True
+
+
+def labels_compatible(it: InstanceType, reqs: Requirements) -> bool:
+    """Whether an instance type's labels satisfy the requirements: keys decided per offering or per NodeClaim
+    (zone, capacity type, hostname, NodePool) are the offerings' question, and a key the type has no label for is a
+    label the NodePool sets on its nodes, not a property of the type."""
+    for r in reqs:
+        if r.key in OFFERING_KEYS:
+            continue
+        value = it.labels.get(r.key)
+        if value is None and r.key == L.INSTANCE_TYPE:
+            value = it.name
+        if value is not None and not r.has(value):
+            return False
+    return True
+
+
+def compatible_offerings(it: InstanceType, reqs: Requirements, offering_filter: OfferingFilter | None = None
+                         ) -> list[Offering]:
+    """The type's available offerings that satisfy reqs; none when its labels do not."""
+    if not labels_compatible(it, reqs):
+        return []
+    f = offering_filter or OfferingFilter(reqs)
+    return [o for o in it.offerings if o.available and f.allows(o)]
+
+
 class InstanceTypeIndex:
     """A NodePool's instance types as arrays, cheapest first: allocatable and free room (less DaemonSet overhead) per
     resource, offering prices per (zone, capacity type), and label masks cached per requirement."""
@@ -30,23 +86,25 @@ class InstanceTypeIndex:
         self.pool = pool
         self.resources = resources
         self.has_min_values = any(r.min_values for r in pool.requirements)
-        zone_req = pool.requirements.get(L.ZONE)
-        ct_req = pool.requirements.get(L.CAPACITY_TYPE)
+        # the pool's offering predicate, applied once here: the price grid below holds only the offerings it allows,
+        # so per-pod checks (offer_masks/offered) narrow zones and capacity types within what the pool allows
+        allowed = OfferingFilter(pool.requirements)
         types: list[InstanceType] = []
+        offers: list[list[Offering]] = []
         for it in pool.instance_types:
-            if self._labels_ok(it, pool.requirements) and any(
-                    o.available and (zone_req is None or zone_req.has(o.zone))
-                    and (ct_req is None or ct_req.has(o.capacity_type)) for o in it.offerings):
-                types.append(it)
+            if labels_compatible(it, pool.requirements):
+                ok = [o for o in it.offerings if o.available and allowed.allows(o)]
+                if ok:
+                    types.append(it)
+                    offers.append(ok)
         self.zones = sorted({o.zone for it in types for o in it.offerings})
         zi = {z: i for i, z in enumerate(self.zones)}
         ci = {c: i for i, c in enumerate(CAPACITY_TYPES)}
         n = len(types)
         self.price = np.full((n, max(1, len(self.zones)), len(CAPACITY_TYPES)), INF)
-        for t, it in enumerate(types):
-            for o in it.offerings:
-                if o.available and (zone_req is None or zone_req.has(o.zone)) and (
-                        ct_req is None or ct_req.has(o.capacity_type)) and o.capacity_type in ci:
+        for t, ok in enumerate(offers):
+            for o in ok:
+                if o.capacity_type in ci:
                     self.price[t, zi[o.zone], ci[o.capacity_type]] = min(self.price[t, zi[o.zone], ci[o.capacity_type]],
                                                                          o.price)
         self.min_price = self.price.reshape(n, -1).min(axis=1) if n else np.zeros(0)
@@ -120,18 +178,6 @@ class InstanceTypeIndex:
             free = np.array([not (ps & ports) for ps in self.port_sets], dtype=bool)
             hit = self._ports_ok[ports] = free[self.port_group]
         return hit
-
-    @staticmethod
-    def _labels_ok(it: InstanceType, reqs: Requirements) -> bool:
-        for r in reqs:
-            if r.key in OFFERING_KEYS:
-                continue
-            value = it.labels.get(r.key)
-            if value is None:
-                continue  # a label the pool sets on nodes (template labels), not a property of the type
-            if not r.has(value):
-                return False
-        return True
 
     def mask(self, reqs: Requirements) -> np.ndarray:
         """Types whose labels satisfy reqs (zone/capacity type are checked on offerings instead)."""
@@ -227,15 +273,9 @@ def tolerates_prefer_no_schedule(tolerations: tuple[Toleration, ...]) -> bool:
 
 
 def _type_intersects(it: InstanceType, term: Requirements) -> bool:
-    """Karpenter's Intersects between a pod's node requirements and an instance type's: keys the type does not define
-    (custom labels) are ignored; zone and capacity type are the type's offerings."""
-    for r in term:
-        if r.key == L.ZONE:
-            if not any(r.has(o.zone) for o in it.offerings):
-                return False
-        elif r.key == L.CAPACITY_TYPE:
-            if not any(r.has(o.capacity_type) for o in it.offerings):
-                return False
-        elif r.key in it.labels and not r.has(it.labels[r.key]):
-            return False
-    return True
+    """Whether a DaemonSet pod's node requirements intersect an instance type: its labels are compatible (keys the
+    type does not define are ignored) and some offering, available or not, is allowed."""
+    if not labels_compatible(it, term):
+        return False
+    allowed = OfferingFilter(term)
+    return any(allowed.allows(o) for o in it.offerings)

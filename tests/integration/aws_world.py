@@ -18,6 +18,7 @@ from controller.cloud.aws.instancetypes import InstanceTypeProvider
 from controller.cloud.aws.pricing import PricingProvider
 from controller.cloud.aws.provider import AWSCloudProvider
 from controller.cloud.aws.userdata import ClusterInfo
+from controller.cloud.provider import LaunchedNode, LaunchRequest, NodeClass
 
 K8S = "1.31"
 
@@ -56,3 +57,9 @@ def make_world(ec2: Any, ssm: Any, iam: Any, *, cidr_octet: int, zones: tuple[st
                           "subnetSelectorTerms": selector, "securityGroupSelectorTerms": selector,
                           "tags": {"team": "platform"}}}
     return provider, nodeclass
+
+
+def launch_for(provider: AWSCloudProvider, nodeclaim: dict[str, Any], nodeclass: dict[str, Any]) -> LaunchedNode:
+    """provider.create for NodeClaim and EC2NodeClass manifests, converted as the lifecycle controller converts
+    them."""
+    return provider.create(LaunchRequest.from_manifest(nodeclaim), NodeClass.from_manifest(nodeclass))

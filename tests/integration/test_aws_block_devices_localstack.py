@@ -12,7 +12,7 @@ import pytest
 
 from controller.cloud.aws.errors import LaunchError
 from controller.cloud.aws.launchtemplates import DEFAULT_BLOCK_DEVICE_MAPPINGS, bdm_request, block_device_mappings
-from tests.integration.aws_world import make_world
+from tests.integration.aws_world import launch_for, make_world
 
 pytestmark = pytest.mark.localstack
 
@@ -69,7 +69,7 @@ def _template_devices(ec2: Any, nodeclass: dict[str, Any]) -> list[list[dict[str
 def test_without_block_device_mappings_nodes_get_karpenters_default_volumes(world, family, expected):
     provider, base, image, ec2 = world
     nodeclass = _nodeclass(base, image, family)
-    node = provider.create(_nodeclaim(), nodeclass)
+    node = launch_for(provider, _nodeclaim(), nodeclass)
     try:
         devices = _template_devices(ec2, nodeclass)
         assert devices and all(d == expected for d in devices), devices
@@ -82,7 +82,7 @@ def test_configured_sizes_are_whole_gib_rounded_up(world):
     nodeclass = _nodeclass(base, image, "AL2023", blockDeviceMappings=[
         {"deviceName": "/dev/xvda", "rootVolume": True,
          "ebs": {"volumeSize": "1.5Gi", "volumeType": "gp3", "encrypted": False}}])
-    node = provider.create(_nodeclaim(), nodeclass)
+    node = launch_for(provider, _nodeclaim(), nodeclass)
     try:
         assert _template_devices(ec2, nodeclass) == [[
             {"DeviceName": "/dev/xvda", "Ebs": {"Encrypted": False, "VolumeType": "gp3", "VolumeSize": 2}}]]
@@ -98,7 +98,7 @@ def test_a_volume_below_1gi_fails_the_launch_before_any_template(world, size):
     before = {i["InstanceId"] for r in ec2.describe_instances()["Reservations"] for i in r["Instances"]}
     with pytest.raises(LaunchError, match=rf"EC2NodeClass {nodeclass['metadata']['name']}: blockDeviceMappings "
                                           rf"/dev/xvda: volumeSize: '{size}' is less than 1Gi"):
-        provider.create(_nodeclaim(), nodeclass)
+        launch_for(provider, _nodeclaim(), nodeclass)
     assert _template_devices(ec2, nodeclass) == []
     after = {i["InstanceId"] for r in ec2.describe_instances()["Reservations"] for i in r["Instances"]}
     assert after == before

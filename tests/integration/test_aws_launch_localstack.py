@@ -18,6 +18,7 @@ from controller.cloud.aws.fleet import launch
 from controller.cloud.aws.launchtemplates import LaunchTemplateSpec, ensure
 from controller.cloud.aws.unavailable import UnavailableOfferings
 from controller.cloud.aws.userdata import ClusterInfo, NodeSettings, al2023_user_data
+from controller.cloud.provider import LaunchRequest
 
 pytestmark = pytest.mark.localstack
 ZONES = ("us-east-1a", "us-east-1b", "us-east-1c")
@@ -64,7 +65,8 @@ def _nodeclaim(name: str, capacity_types=("spot", "on-demand")) -> dict[str, Any
 
 def _launch(world: dict[str, Any], claim: dict[str, Any], ice: UnavailableOfferings | None = None):
     subnets = subnets_by_zone(discover_subnets(world["ec2"], [{"tags": {"karpenter.sh/discovery": world["cluster"]}}]))
-    return launch(world["ec2"], cluster_name=world["cluster"], nodeclaim=claim, nodeclass_name="default",
+    return launch(world["ec2"], cluster_name=world["cluster"], request=LaunchRequest.from_manifest(claim),
+                  nodeclass_name="default",
                   instance_types=world["types"], subnets=subnets, launch_template=_template(world),
                   unavailable=ice or UnavailableOfferings(), user_tags={"team": "platform"})
 

@@ -14,7 +14,7 @@ from kubernetes import client
 
 from controller.api.quantity import format_quantity
 from controller.cloud.aws.errors import NodeClaimNotFoundError
-from tests.integration.aws_world import make_world
+from tests.integration.aws_world import launch_for, make_world
 from tests.integration.kubelet import FakeKubelet
 
 pytestmark = [pytest.mark.localstack, pytest.mark.kube,
@@ -38,7 +38,7 @@ def _nodeclaim(name: str) -> dict[str, Any]:
 def test_launch_register_and_bind(provider_and_class, kube_api):
     provider, nodeclass = provider_and_class
     name = f"default-{uuid.uuid4().hex[:5]}"
-    node = provider.create(_nodeclaim(name), nodeclass)
+    node = launch_for(provider, _nodeclaim(name), nodeclass)
     assert node.provider_id.startswith("aws:///us-east-1")
     # m6g.large ($0.077) is the cheapest allowed: the arm64 AMI's launch template is used
     assert node.capacity_type == "on-demand" and node.instance_type == "m6g.large"
@@ -46,7 +46,7 @@ def test_launch_register_and_bind(provider_and_class, kube_api):
     assert node.labels["karpenter.sh/nodepool"] == "default"
     assert node.labels["topology.kubernetes.io/zone"] == node.zone
     assert node.allocatable["cpu"] == 1930 and node.capacity["pods"] == 29
-    assert provider.create(_nodeclaim(name) | {"metadata": {"name": name, "labels": {}}}, nodeclass).provider_id \
+    assert launch_for(provider, _nodeclaim(name) | {"metadata": {"name": name, "labels": {}}}, nodeclass).provider_id \
         == node.provider_id  # idempotent
     assert node.provider_id in {n.provider_id for n in provider.list()}
 
@@ -77,7 +77,7 @@ def test_unsupported_ami_family_is_named(provider_and_class):
     br = json.loads(json.dumps(nodeclass))
     br["spec"]["amiSelectorTerms"] = [{"alias": "windows2022@latest"}]
     with pytest.raises(Exception, match="windows2022"):
-        provider.create(_nodeclaim(f"default-{uuid.uuid4().hex[:5]}"), br)
+        launch_for(provider, _nodeclaim(f"default-{uuid.uuid4().hex[:5]}"), br)
 
 
 def test_deleted_launch_templates_are_recreated(provider_and_class):
@@ -89,7 +89,7 @@ def test_deleted_launch_templates_are_recreated(provider_and_class):
     nodeclass = json.loads(json.dumps(nodeclass))
     nodeclass["metadata"]["name"] = "recreate"  # its own templates (they carry the EC2NodeClass tag)
     before = set(provider._templates)
-    provider.create(_nodeclaim(f"default-{uuid.uuid4().hex[:5]}"), nodeclass)
+    launch_for(provider, _nodeclaim(f"default-{uuid.uuid4().hex[:5]}"), nodeclass)
     cached = set(provider._templates) - before
     assert cached
     for name in cached:
@@ -114,7 +114,7 @@ def test_deleted_launch_templates_are_recreated(provider_and_class):
 
     provider.ec2.meta.events.register("before-send.ec2.CreateFleet", not_found)
     try:
-        node = provider.create(_nodeclaim(f"default-{uuid.uuid4().hex[:5]}"), nodeclass)
+        node = launch_for(provider, _nodeclaim(f"default-{uuid.uuid4().hex[:5]}"), nodeclass)
     finally:
         provider.ec2.meta.events.unregister("before-send.ec2.CreateFleet", not_found)
     assert injected and node.provider_id.startswith("aws:///")

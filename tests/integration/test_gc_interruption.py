@@ -27,7 +27,7 @@ from controller.interruption.controller import NODECLAIMS_DELETED, UNKNOWN_INSTA
 from controller.kube import resources as R
 from controller.kube.client import KubeClient
 from controller.kube.errors import NotFoundError
-from tests.integration.aws_world import make_world
+from tests.integration.aws_world import launch_for, make_world
 from tests.integration.kubelet import FakeKubelet
 from tests.kubetest import wait_for
 
@@ -59,7 +59,7 @@ def _launched_claim(kc: KubeClient, provider: Any, name: str, launched_ago: floa
                     capacity_type: str = "on-demand") -> dict[str, Any]:
     """A NodeClaim whose instance was launched (the labels and status the lifecycle controller writes)."""
     created = kc.create(R.NODECLAIMS, _claim_manifest(name, capacity_type=capacity_type))
-    node = provider.create(created, provider.test_nodeclass)
+    node = launch_for(provider, created, provider.test_nodeclass)
     kc.patch(R.NODECLAIMS, name, {"metadata": {"labels": {**node.labels, "karpenter.sh/nodepool": "default"}}})
     kc.patch(R.NODECLAIMS, name, {"status": {
         "providerID": node.provider_id, "imageID": node.image_id,

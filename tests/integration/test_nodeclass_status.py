@@ -18,7 +18,7 @@ from controller.kube import resources as R
 from controller.kube.client import KubeClient
 from controller.kube.errors import NotFoundError
 from controller.nodeclass.status import TERMINATION_FINALIZER, NodeClassController
-from tests.integration.aws_world import make_world
+from tests.integration.aws_world import launch_for, make_world
 from tests.kubetest import wait_for
 
 pytestmark = [pytest.mark.localstack, pytest.mark.kube,
@@ -94,7 +94,7 @@ def test_status_resolved_and_ready_and_launches_read_it(kube, world, aws_client)
                                                {"key": "karpenter.sh/capacity-type", "operator": "In",
                                                 "values": ["on-demand"]}],
                               "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": name}}}
-            node = provider.create(claim, got)
+            node = launch_for(provider, claim, got)
         finally:
             provider.ec2.meta.events.unregister("before-call.ec2.*", count)
         assert not {"DescribeSubnets", "DescribeSecurityGroups", "DescribeImages"} & set(calls), calls
@@ -190,7 +190,7 @@ def test_deletion_waits_for_nodeclaims_then_cleans_up(kube, world, aws_client, k
                                            {"key": "karpenter.sh/capacity-type", "operator": "In",
                                             "values": ["on-demand"]}],
                           "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": name}}}
-        instance = provider.create(claim, got).provider_id  # makes this class's launch templates
+        instance = launch_for(provider, claim, got).provider_id  # makes this class's launch templates
         other = f"karpenter.k8s.aws/other-{name}"  # another class's template in the same cluster stays
         ec2.create_launch_template(LaunchTemplateName=other, LaunchTemplateData={"ImageId": "ami-12345678"},
                                    TagSpecifications=[{"ResourceType": "launch-template", "Tags": [

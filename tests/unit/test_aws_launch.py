@@ -7,11 +7,13 @@ import email
 import pytest
 import yaml
 
+from controller.api.models import Taint
 from controller.catalog.types import InstanceType, Offering
 from controller.cloud.aws.discovery import Subnet, subnets_by_zone, tag_filters
-from controller.cloud.aws.fleet import MAX_OVERRIDES, choose_overrides, ownership_tags
+from controller.cloud.aws.fleet import MAX_OVERRIDES, choose_overrides
 from controller.cloud.aws.instances import parse_provider_id, provider_id
 from controller.cloud.aws.launchtemplates import LaunchTemplateSpec
+from controller.cloud.aws.tags import owned_by, ownership_filters, ownership_tags
 from controller.cloud.aws.unavailable import UnavailableOfferings
 from controller.cloud.aws.userdata import ClusterInfo, NodeSettings, al2023_user_data
 from controller.scheduling.requirements import Requirements
@@ -26,7 +28,7 @@ def _parts(doc: str) -> list[tuple[str, str]]:
 
 def test_al2023_nodeconfig_carries_cluster_and_kubelet():
     node = NodeSettings({"karpenter.sh/nodepool": "default", "team": "a"},
-                        [{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}], {"maxPods": 110})
+                        [Taint("dedicated", "NoSchedule", "gpu")], {"maxPods": 110})
     parts = _parts(al2023_user_data(CLUSTER, node))
     assert [t for t, _ in parts] == ["application/node.eks.aws"]
     cfg = yaml.safe_load(parts[0][1])
@@ -103,9 +105,26 @@ def test_provider_ids_and_tags():
         parse_provider_id("gce://p/z/n")
     assert tag_filters({"karpenter.sh/discovery": "prod", "Name": "*"}) == [
         {"Name": "tag:karpenter.sh/discovery", "Values": ["prod"]}, {"Name": "tag-key", "Values": ["Name"]}]
-    tags = ownership_tags("prod", "default", "default-x7k2p", "default", {"team": "a"})
-    assert tags["kubernetes.io/cluster/prod"] == "owned" and tags["eks:eks-cluster-name"] == "prod"
-    assert tags["karpenter.sh/nodeclaim"] == "default-x7k2p" and tags["Name"] == "default-x7k2p"
+
+
+def test_one_ownership_tag_helper_for_instances_profiles_templates_and_filters():
+    assert ownership_tags("prod", nodepool="default", nodeclaim="default-x7k2p", nodeclass="default",
+                          user_tags={"team": "a", "eks:eks-cluster-name": "spoofed"}) == {
+        "team": "a", "kubernetes.io/cluster/prod": "owned", "eks:eks-cluster-name": "prod",
+        "karpenter.sh/nodepool": "default", "karpenter.sh/nodeclaim": "default-x7k2p",
+        "karpenter.k8s.aws/ec2nodeclass": "default", "Name": "default-x7k2p"}
+    assert ownership_tags("prod", nodeclaim="c", user_tags={"Name": "mine"})["Name"] == "mine"
+    # instance profiles: what the iam:*InstanceProfile conditions of the controller policy key on
+    assert ownership_tags("prod", nodeclass="default", region="us-east-1") == {
+        "kubernetes.io/cluster/prod": "owned", "eks:eks-cluster-name": "prod",
+        "karpenter.k8s.aws/ec2nodeclass": "default", "topology.kubernetes.io/region": "us-east-1"}
+    assert ownership_filters("prod", nodeclaim="c", tag_keys=("karpenter.sh/nodepool",)) == [
+        {"Name": "tag:kubernetes.io/cluster/prod", "Values": ["owned"]},
+        {"Name": "tag:karpenter.sh/nodeclaim", "Values": ["c"]},
+        {"Name": "tag-key", "Values": ["karpenter.sh/nodepool"]}]
+    assert owned_by({"kubernetes.io/cluster/prod": "owned"}, "prod")
+    assert owned_by({"eks:eks-cluster-name": "prod"}, "prod")
+    assert not owned_by({"kubernetes.io/cluster/prod": "shared", "eks:eks-cluster-name": "dev"}, "prod")
 
 
 def test_most_free_ips_per_zone():
@@ -125,7 +144,7 @@ def test_launch_template_name_follows_content():
 def test_al2_bootstrap_carries_kubelet_args_after_user_script():
     from controller.cloud.aws.userdata import al2_user_data
 
-    node = NodeSettings({"karpenter.sh/nodepool": "default"}, [{"key": "a", "value": "b", "effect": "NoSchedule"}],
+    node = NodeSettings({"karpenter.sh/nodepool": "default"}, [Taint("a", "NoSchedule", "b")],
                         {"maxPods": 58})
     parts = _parts(al2_user_data(CLUSTER, node, "#!/bin/bash\necho first"))
     assert [t for t, _ in parts] == ["text/x-shellscript", "text/x-shellscript"]
@@ -144,7 +163,7 @@ def test_bottlerocket_settings_merge_with_karpenters_winning():
 
     user = ('[settings.kubernetes]\ncluster-name = "wrong"\nmax-pods = 5\n'
             '[settings.host-containers.admin]\nenabled = true\n')
-    node = NodeSettings({"karpenter.sh/nodepool": "default"}, [{"key": "a", "value": "b", "effect": "NoSchedule"}],
+    node = NodeSettings({"karpenter.sh/nodepool": "default"}, [Taint("a", "NoSchedule", "b")],
                         {"maxPods": 110})
     settings = tomllib.loads(bottlerocket_user_data(CLUSTER, node, user))["settings"]
     k8s = settings["kubernetes"]

@@ -26,12 +26,16 @@ from controller.cloud.aws.errors import (
     LaunchError,
     LaunchTemplateNotFoundError,
 )
+from controller.cloud.aws.tags import ownership_tags
 from controller.cloud.aws.unavailable import UnavailableOfferings
+from controller.cloud.provider import LaunchRequest
+from controller.scheduling.instancetypes import OfferingFilter, compatible_offerings
 from controller.scheduling.requirements import Requirements
 
 log = logging.getLogger("karpy.launch")
 MAX_OVERRIDES = 60
 MAX_ATTEMPTS = 5
+LAUNCH_ORDER = (L.CAPACITY_TYPE_RESERVED, L.CAPACITY_TYPE_SPOT, L.CAPACITY_TYPE_ON_DEMAND)
 
 
 @dataclass(frozen=True)
@@ -42,37 +46,24 @@ class Override:
     subnet: Subnet
     price: float
     arch: str = "amd64"
-
-
-def ownership_tags(cluster_name: str, nodepool: str, nodeclaim: str, nodeclass: str,
-                   user_tags: dict[str, str] | None = None) -> dict[str, str]:
-    """The tags on every instance, volume and network interface: what Karpenter's scoped IAM policy keys on."""
-    tags = dict(user_tags or {})
-    tags.update({f"kubernetes.io/cluster/{cluster_name}": "owned", "eks:eks-cluster-name": cluster_name,
-                 L.NODEPOOL: nodepool, "karpenter.sh/nodeclaim": nodeclaim, L.EC2NODECLASS: nodeclass,
-                 "Name": tags.get("Name", nodeclaim)})
-    return tags
+    reservation_id: str = ""  # a reserved offering's capacity reservation
 
 
 def choose_overrides(requirements: Requirements, instance_types: list[InstanceType], subnets: dict[str, Subnet],
                      unavailable: UnavailableOfferings) -> tuple[str, list[Override]]:
-    """The capacity type to launch and its cheapest allowed offerings (spot first when allowed and offered)."""
-    ct_req = requirements.get(L.CAPACITY_TYPE)
-    zone_req = requirements.get(L.ZONE)
+    """The capacity type to launch and its cheapest allowed offerings: reserved capacity first when allowed and
+    offered (it is paid for already), then spot, then on-demand, as Karpenter's getCapacityType."""
+    allowed = OfferingFilter(requirements)
     by_ct: dict[str, list[Override]] = {}
     for it in instance_types:
-        if any(r.key not in (L.ZONE, L.CAPACITY_TYPE, L.NODEPOOL) and r.key in it.labels
-               and not r.has(it.labels[r.key]) for r in requirements):
-            continue
-        for o in it.offerings:
+        for o in compatible_offerings(it, requirements, allowed):
             subnet = subnets.get(o.zone)
-            if (not o.available or subnet is None or (zone_req is not None and not zone_req.has(o.zone))
-                    or (ct_req is not None and not ct_req.has(o.capacity_type))
-                    or unavailable.is_unavailable(it.name, o.zone, o.capacity_type)):
+            if subnet is None or unavailable.is_unavailable(it.name, o.zone, o.capacity_type):
                 continue
             by_ct.setdefault(o.capacity_type, []).append(Override(it.name, subnet, o.price,
-                                                                  it.labels.get(L.ARCH, "amd64")))
-    for ct in (L.CAPACITY_TYPE_SPOT, L.CAPACITY_TYPE_ON_DEMAND):
+                                                                  it.labels.get(L.ARCH, "amd64"),
+                                                                  o.reservation_id))
+    for ct in LAUNCH_ORDER:
         if by_ct.get(ct):
             return ct, sorted(by_ct[ct], key=lambda o: (o.price, o.instance_type, o.subnet.zone))[:MAX_OVERRIDES]
     return "", []
@@ -88,32 +79,35 @@ def _by_template(overrides: list[Override], templates: str | dict[str, str]) -> 
     return sorted(groups.items(), key=lambda kv: (min(o.price for o in kv[1]), kv[0]))
 
 
-def launch(ec2: Any, *, cluster_name: str, nodeclaim: dict[str, Any], nodeclass_name: str,
+def launch(ec2: Any, *, cluster_name: str, request: LaunchRequest, nodeclass_name: str,
            instance_types: list[InstanceType], subnets: dict[str, Subnet], launch_template: str | dict[str, str],
            unavailable: UnavailableOfferings, user_tags: dict[str, str] | None = None) -> instances.Instance:
-    """Launch the instance for a NodeClaim manifest (or return the one already launched for it).
+    """Launch the instance for a NodeClaim (or return the one already launched for it).
 
     `launch_template` is one template name, or one per architecture (amd64/arm64) when the AMIs differ; instance types
     of an architecture without a template are not offered."""
     templates = launch_template if isinstance(launch_template, dict) else None
     if templates is not None:
         instance_types = [it for it in instance_types if it.labels.get(L.ARCH, "amd64") in templates]
-    name = nodeclaim["metadata"]["name"]
+    name = request.name
     existing = instances.find_by_nodeclaim(ec2, cluster_name, name)
     if existing is not None:
         return existing
-    nodepool = (nodeclaim["metadata"].get("labels") or {}).get(L.NODEPOOL, "")
-    requirements = Requirements.from_node_selector_requirements(nodeclaim["spec"].get("requirements") or [])
-    tags = ownership_tags(cluster_name, nodepool, name, nodeclass_name, user_tags)
+    requirements = request.requirements
+    tags = ownership_tags(cluster_name, nodepool=request.nodepool, nodeclaim=name, nodeclass=nodeclass_name,
+                          user_tags=user_tags)
     tag_list = [{"Key": k, "Value": v} for k, v in sorted(tags.items())]
-    token = hashlib.sha256(f"{cluster_name}/{name}/{nodeclaim['metadata'].get('uid', '')}".encode()).hexdigest()[:64]
+    token = hashlib.sha256(f"{cluster_name}/{name}/{request.uid}".encode()).hexdigest()[:64]
     for attempt in range(MAX_ATTEMPTS):
         capacity_type, overrides = choose_overrides(requirements, instance_types, subnets, unavailable)
         if not overrides:
             raise InsufficientCapacityError(f"nodeclaim {name}: no available offering satisfies its requirements")
-        request: dict[str, Any] = {
+        fleet: dict[str, Any] = {
             "Type": "instant",
-            "TargetCapacitySpecification": {"TotalTargetCapacity": 1, "DefaultTargetCapacityType": capacity_type},
+            # reserved capacity is on-demand capacity drawn from the reservation (EC2 has no "reserved" target type)
+            "TargetCapacitySpecification": {"TotalTargetCapacity": 1, "DefaultTargetCapacityType":
+                                            L.CAPACITY_TYPE_ON_DEMAND if capacity_type == L.CAPACITY_TYPE_RESERVED
+                                            else capacity_type},
             "LaunchTemplateConfigs": [{
                 "LaunchTemplateSpecification": {"LaunchTemplateName": template, "Version": "$Latest"},
                 "Overrides": [{"InstanceType": o.instance_type, "SubnetId": o.subnet.id,
@@ -124,11 +118,15 @@ def launch(ec2: Any, *, cluster_name: str, nodeclaim: dict[str, Any], nodeclass_
             "ClientToken": f"{token[:60]}-{attempt}",
         }
         if capacity_type == L.CAPACITY_TYPE_SPOT:
-            request["SpotOptions"] = {"AllocationStrategy": "price-capacity-optimized"}
+            fleet["SpotOptions"] = {"AllocationStrategy": "price-capacity-optimized"}
+        elif capacity_type == L.CAPACITY_TYPE_RESERVED:
+            # the overrides are the reserved offerings' types and zones: EC2 fills them from matching reservations
+            fleet["OnDemandOptions"] = {"AllocationStrategy": "lowest-price", "CapacityReservationOptions": {
+                "UsageStrategy": "use-capacity-reservations-first"}}
         else:
-            request["OnDemandOptions"] = {"AllocationStrategy": "lowest-price"}
+            fleet["OnDemandOptions"] = {"AllocationStrategy": "lowest-price"}
         try:
-            resp = ec2.create_fleet(**request)
+            resp = ec2.create_fleet(**fleet)
         except ClientError as e:
             if e.response["Error"]["Code"].startswith(("InvalidLaunchTemplateName.NotFound",
                                                        "InvalidLaunchTemplateId.NotFound")):
@@ -141,7 +139,10 @@ def launch(ec2: Any, *, cluster_name: str, nodeclaim: dict[str, Any], nodeclass_
             if code in INSUFFICIENT_CAPACITY_CODES and o.get("InstanceType"):
                 zone = o.get("AvailabilityZone") or next(
                     (s.zone for s in subnets.values() if s.id == o.get("SubnetId")), "")
-                unavailable.mark_unavailable(o["InstanceType"], zone, err.get("Lifecycle") or capacity_type,
+                # a reservation that ran out is the reserved offering's ICE, not on-demand's (its Lifecycle)
+                refused = capacity_type if capacity_type == L.CAPACITY_TYPE_RESERVED else (
+                    err.get("Lifecycle") or capacity_type)
+                unavailable.mark_unavailable(o["InstanceType"], zone, refused,
                                              reason=code)
             elif code.startswith(("InvalidLaunchTemplateName.NotFound", "InvalidLaunchTemplateId.NotFound")):
                 raise LaunchTemplateNotFoundError(err.get("ErrorMessage", code))

@@ -9,17 +9,13 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from controller.cloud.aws.tags import ownership_tags
+
 
 def profile_name(cluster_name: str, region: str, nodeclass: str) -> str:
     """<cluster>_<digits>: stable for a (region, EC2NodeClass), within IAM's 128-character limit."""
     digest = int(hashlib.sha256(f"{region}{nodeclass}".encode()).hexdigest()[:16], 16)
     return f"{cluster_name[:100]}_{digest}"
-
-
-def profile_tags(cluster_name: str, region: str, nodeclass: str) -> dict[str, str]:
-    """The tags the controller policy's iam:*InstanceProfile conditions key on."""
-    return {f"kubernetes.io/cluster/{cluster_name}": "owned", "eks:eks-cluster-name": cluster_name,
-            "topology.kubernetes.io/region": region, "karpenter.k8s.aws/ec2nodeclass": nodeclass}
 
 
 class InstanceProfiles:
@@ -42,7 +38,8 @@ class InstanceProfiles:
         except ClientError as e:
             if e.response["Error"]["Code"] != "NoSuchEntity":
                 raise
-            tags = [{"Key": k, "Value": v} for k, v in profile_tags(self.cluster, self.region, nodeclass).items()]
+            tags = [{"Key": k, "Value": v} for k, v in ownership_tags(
+                self.cluster, nodeclass=nodeclass, region=self.region).items()]
             profile = self.iam.create_instance_profile(InstanceProfileName=name, Tags=tags)["InstanceProfile"]
         attached = [r["RoleName"] for r in profile.get("Roles", [])]
         for other in attached:

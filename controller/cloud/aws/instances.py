@@ -10,6 +10,7 @@ from botocore.exceptions import ClientError
 
 from controller.api import labels as L
 from controller.cloud.aws.errors import NodeClaimNotFoundError
+from controller.cloud.aws.tags import NODECLAIM, ownership_filters
 
 _PROVIDER_ID = re.compile(r"^aws:///(?P<zone>[^/]+)/(?P<id>i-[0-9a-z]+)$")
 LIVE_STATES = ("pending", "running", "stopping", "stopped", "shutting-down")
@@ -79,18 +80,14 @@ def get(ec2: Any, provider_id_value: str) -> Instance:
 
 def list_managed(ec2: Any, cluster_name: str) -> list[Instance]:
     """Live instances this cluster's Karpenter launched (for garbage collection)."""
-    return _describe(ec2, Filters=[
-        {"Name": f"tag:kubernetes.io/cluster/{cluster_name}", "Values": ["owned"]},
-        {"Name": "tag-key", "Values": ["karpenter.sh/nodeclaim"]},
-        {"Name": "instance-state-name", "Values": list(LIVE_STATES)}])
+    return _describe(ec2, Filters=[*ownership_filters(cluster_name, tag_keys=(NODECLAIM,)),
+                                   {"Name": "instance-state-name", "Values": list(LIVE_STATES)}])
 
 
 def find_by_nodeclaim(ec2: Any, cluster_name: str, nodeclaim: str) -> Instance | None:
     """The live instance already launched for a NodeClaim, if any (what makes a retried launch idempotent)."""
-    found = _describe(ec2, Filters=[
-        {"Name": f"tag:kubernetes.io/cluster/{cluster_name}", "Values": ["owned"]},
-        {"Name": "tag:karpenter.sh/nodeclaim", "Values": [nodeclaim]},
-        {"Name": "instance-state-name", "Values": list(LIVE_STATES)}])
+    found = _describe(ec2, Filters=[*ownership_filters(cluster_name, nodeclaim=nodeclaim),
+                                    {"Name": "instance-state-name", "Values": list(LIVE_STATES)}])
     return found[0] if found else None
 
 

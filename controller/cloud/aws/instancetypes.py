@@ -3,11 +3,14 @@ the catalog's Karpenter formulas, priced by the PricingProvider, with ICE'd offe
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
+
+from cachetools import TTLCache
 
 from controller.api import labels as L
 from controller.catalog.allocatable import DEFAULT_VM_MEMORY_OVERHEAD_PERCENT
@@ -17,6 +20,7 @@ from controller.cloud.aws.pricing import PricingProvider
 from controller.cloud.aws.unavailable import UnavailableOfferings
 
 DEFAULT_TTL_SECONDS = 300.0
+MAX_VARIANTS = 64  # (AMI family, kubelet) variants kept: one per distinct EC2NodeClass setting in use
 
 
 class InstanceTypeProvider:
@@ -30,15 +34,23 @@ class InstanceTypeProvider:
         self.pricing = pricing
         self.region = region
         self.unavailable = unavailable or UnavailableOfferings()
-        self.ttl = ttl_seconds
         self.clock = clock
         self.vm_memory_overhead_percent = vm_memory_overhead_percent  # VM_MEMORY_OVERHEAD_PERCENT
         self.reserved_enis = reserved_enis  # RESERVED_ENIS
         self._infos: list[dict[str, Any]] = []
         self._zones: dict[str, list[str]] = {}
-        self._fetched_at: float | None = None
-        self._cache: dict[tuple[str, int, int], list[InstanceType]] = {}
+        # what EC2 said (one entry), and the instance types built from it per (AMI family and kubelet, availability
+        # generation, price version): both live ttl_seconds, so a type or zone EC2 adds shows within 5 minutes
+        self._described: TTLCache[str, tuple[list[dict[str, Any]], dict[str, list[str]]]] = TTLCache(
+            1, ttl_seconds, timer=clock)
+        self._cache: TTLCache[tuple[str, int, int], list[InstanceType]] = TTLCache(MAX_VARIANTS, ttl_seconds,
+                                                                                   timer=clock)
         self._lock = threading.Lock()
+
+    @property
+    def ttl(self) -> float:
+        """How long what EC2 said, and the instance types built from it, are used before asking again."""
+        return float(self._cache.ttl)
 
     def refresh(self) -> None:
         """Re-read the instance types and their zones from EC2."""
@@ -46,7 +58,7 @@ class InstanceTypeProvider:
         with self._lock:
             self._infos = infos
             self._zones = zones
-            self._fetched_at = self.clock()
+            self._described["ec2"] = (infos, zones)
             self._cache.clear()
 
     def _offerings(self, info: dict[str, Any]) -> list[Offering]:
@@ -67,10 +79,14 @@ class InstanceTypeProvider:
 
     def list(self, kubelet: dict[str, Any] | None = None, ami_family: str = "al2023") -> list[InstanceType]:
         """Instance types with offerings, for one EC2NodeClass's kubelet settings and AMI family."""
-        if self._fetched_at is None or self.clock() - self._fetched_at >= self.ttl:
+        with self._lock:
+            stale = "ec2" not in self._described
+        if stale:
             self.refresh()
+        # the availability generation is part of the key: the first listing after an offering is marked unavailable
+        # (or its 3 minutes end) is built anew, so the next batch plans without (or with) it
         key = (json.dumps([ami_family, kubelet or {}], sort_keys=True), self.unavailable.generation,
-               self.pricing.version)
+               self.pricing.current_version())
         with self._lock:
             cached = self._cache.get(key)
             if cached is None:
@@ -80,6 +96,8 @@ class InstanceTypeProvider:
                                                  reserved_enis=self.reserved_enis)
                           for i in self._infos if self._zones.get(i["InstanceType"])]
                 # entries of older availability or price versions are never asked for again: keep only current
-                self._cache = {k: v for k, v in self._cache.items() if k[1:] == key[1:]}
+                for old in [k for k in self._cache if k[1:] != key[1:]]:
+                    with contextlib.suppress(KeyError):  # expired meanwhile: gone already
+                        del self._cache[old]
                 self._cache[key] = cached
             return cached

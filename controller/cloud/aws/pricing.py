@@ -6,11 +6,13 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
+from cachetools import TTLCache
 
 from controller.catalog.pricing import PriceTable
 
@@ -45,10 +47,11 @@ class PricingProvider:
         self.region = region
         self.fallback = fallback
         self.clock = clock
-        self.refresh_seconds = refresh_seconds
         self.on_demand: dict[str, float] = {}
         self.spot: dict[tuple[str, str], float] = {}
-        self._refreshed_at: float | None = None
+        # one entry while the prices are fresh: its expiry is the next refresh
+        self._fresh: TTLCache[str, int] = TTLCache(1, refresh_seconds, timer=clock)
+        self._lock = threading.Lock()
         self._warned: set[str] = set()
         self.source = "fallback"
         self.version = 0  # bumps on every refresh, so caches of priced offerings know to rebuild
@@ -89,12 +92,25 @@ class PricingProvider:
                 self.spot = {k: v for k, (_, v) in latest.items()}
         except (BotoCoreError, ClientError) as e:
             self._warn_once("spot", e)
-        self._refreshed_at = self.clock()
         self.version += 1
+        self._fresh["prices"] = self.version
+
+    @property
+    def refresh_seconds(self) -> float:
+        """How long fetched prices are used before fetching again (12 hours, as Karpenter)."""
+        return float(self._fresh.ttl)
+
+    def current_version(self) -> int:
+        """The version of the prices in use, refreshing them first when 12 hours are up (a cache keyed on it is
+        then keyed on the prices it will actually be built with)."""
+        self._maybe_refresh()
+        return self.version
 
     def _maybe_refresh(self) -> None:
-        if self._refreshed_at is None or self.clock() - self._refreshed_at >= self.refresh_seconds:
-            self.refresh()
+        # one refresh at a time: the instance-type provider prices ~5,000 offerings from several threads
+        with self._lock:
+            if "prices" not in self._fresh:
+                self.refresh()
 
     def on_demand_price(self, instance_type: str) -> float | None:
         """USD per hour, live when known, else the static price, else None."""

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import datetime as dt
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 from botocore.exceptions import ClientError
+from cachetools import TTLCache
 
 from controller.api import labels as L
-from controller.api.models import ami_family
 from controller.catalog.types import InstanceType
 from controller.cloud.aws import instances
 from controller.cloud.aws.amis import AMI, ARCHITECTURES, resolve
@@ -32,6 +33,7 @@ from controller.cloud.aws.launchtemplates import (
     block_device_mappings,
     ensure,
 )
+from controller.cloud.aws.tags import NODECLAIM, matches, owner_tags, ownership_filters, ownership_tags
 from controller.cloud.aws.unavailable import UnavailableOfferings
 from controller.cloud.aws.userdata import (
     ClusterInfo,
@@ -40,30 +42,26 @@ from controller.cloud.aws.userdata import (
     al2023_user_data,
     bottlerocket_user_data,
 )
-from controller.cloud.provider import LaunchedNode
+from controller.cloud.provider import LaunchedNode, LaunchRequest, NodeClass
 
 DISCOVERY_TTL_SECONDS = 60.0
-NODECLAIM_TAG = "karpenter.sh/nodeclaim"
+MAX_DISCOVERED = 3 * 1024  # three entries per EC2NodeClass
 
 
-def resolved_from_status(nodeclass: dict[str, Any]) -> tuple[dict[str, Subnet], list[SecurityGroup], list[AMI],
-                                                              str] | None:
+def resolved_from_status(nodeclass: NodeClass) -> tuple[dict[str, Subnet], list[SecurityGroup], list[AMI],
+                                                        str] | None:
     """What the status controller resolved: per zone the first subnet of status.subnets (ordered by free IPs, most
     first), the security groups, the AMIs by architecture and the instance profile; None unless all are there."""
-    status = nodeclass.get("status") or {}
-    profile = str(status.get("instanceProfile") or (nodeclass.get("spec") or {}).get("instanceProfile") or "")
+    profile = nodeclass.status_instance_profile or nodeclass.instance_profile or ""
     subnets: dict[str, Subnet] = {}
-    for s in status.get("subnets") or []:
-        if s.get("id") and s.get("zone"):
-            subnets.setdefault(s["zone"], Subnet(s["id"], s["zone"], s.get("zoneID", ""), 0))
-    groups = [SecurityGroup(g["id"], g.get("name", "")) for g in status.get("securityGroups") or [] if g.get("id")]
+    for s in nodeclass.subnets:
+        subnets.setdefault(s.zone, Subnet(s.id, s.zone, s.zone_id, 0))
+    groups = [SecurityGroup(g.id, g.name) for g in nodeclass.security_groups]
     amis: dict[str, AMI] = {}
-    for a in status.get("amis") or []:
-        for r in a.get("requirements") or []:
-            if r.get("key") == L.ARCH and r.get("operator") == "In":
-                for arch in r.get("values") or []:
-                    if arch in ARCHITECTURES.values():
-                        amis.setdefault(arch, AMI(a["id"], a.get("name", ""), arch, ""))
+    for a in nodeclass.amis:
+        for arch in a.architectures:
+            if arch in ARCHITECTURES.values():
+                amis.setdefault(arch, AMI(a.id, a.name, arch, ""))
     if not (subnets and groups and amis and profile):
         return None
     return subnets, groups, [amis[k] for k in sorted(amis)], profile
@@ -83,56 +81,57 @@ class AWSCloudProvider:
         self.instance_types = instance_types
         self.unavailable = unavailable or instance_types.unavailable
         self.clock = clock
-        self._discovered: dict[str, tuple[float, Any]] = {}
+        # subnets, security groups and AMIs resolved here (when the status controller has not), for a minute
+        self._discovered: TTLCache[str, Any] = TTLCache(MAX_DISCOVERED, DISCOVERY_TTL_SECONDS, timer=clock)
+        self._discovered_lock = threading.Lock()
         self._templates: set[str] = set()  # launch templates known to exist (recreated if CreateFleet says not)
 
     def _cached(self, key: str, make: Callable[[], Any]) -> Any:
-        hit = self._discovered.get(key)
-        if hit is not None and self.clock() - hit[0] < DISCOVERY_TTL_SECONDS:
-            return hit[1]
-        value = make()
-        self._discovered[key] = (self.clock(), value)
+        """The discovery result under key, made anew when older than a minute."""
+        with self._discovered_lock:
+            hit = self._discovered.get(key)
+        if hit is not None:
+            return hit
+        value = make()  # outside the lock: an EC2 call must not hold up launches for other node classes
+        with self._discovered_lock:
+            self._discovered[key] = value
         return value
 
-    def get_instance_types(self, nodeclass: dict[str, Any]) -> list[InstanceType]:
+    def get_instance_types(self, nodeclass: NodeClass) -> list[InstanceType]:
         """Instance types and offerings for the node class's kubelet settings and AMI family."""
-        spec = nodeclass["spec"]
-        family = ami_family(spec)
-        return self.instance_types.list(kubelet=spec.get("kubelet"),
+        family = nodeclass.ami_family
+        return self.instance_types.list(kubelet=dict(nodeclass.kubelet) or None,
                                         ami_family=family if family != "custom" else "al2023")
 
-    def create(self, nodeclaim: dict[str, Any], nodeclass: dict[str, Any]) -> LaunchedNode:
+    def create(self, request: LaunchRequest, nodeclass: NodeClass) -> LaunchedNode:
         """Make or reuse launch templates from the node class's resolved status (resolving here only when the status
         is empty, as for `karpy simulate` and tests without the status controller), and launch through CreateFleet."""
-        spec = nodeclass["spec"]
-        name = nodeclass["metadata"]["name"]
-        family = ami_family(spec)
+        name = nodeclass.name
+        family = nodeclass.ami_family
         render = {"al2023": al2023_user_data, "al2": al2_user_data, "bottlerocket": bottlerocket_user_data}.get(family)
         if render is None:
             raise LaunchError(f"EC2NodeClass {name}: user data for AMI family {family!r} is not implemented yet "
                               "(al2023, al2 and bottlerocket are)")
-        devices = block_device_mappings(family, spec.get("blockDeviceMappings"))
+        devices = block_device_mappings(family, [dict(b) for b in nodeclass.block_device_mappings])
         for b in devices:  # before any AWS call: a volume EC2 cannot take fails the launch with the field at fault
             try:
                 bdm_request(b)
             except BlockDeviceError as e:
                 raise LaunchError(f"EC2NodeClass {name}: blockDeviceMappings {b.get('deviceName')}: {e}") from None
         subnets, groups, amis, profile = self._resolved(nodeclass)
-        labels = dict(nodeclaim["metadata"].get("labels") or {})
-        node = NodeSettings(labels=labels, taints=list(nodeclaim["spec"].get("taints") or [])
-                            + list(nodeclaim["spec"].get("startupTaints") or []), kubelet=spec.get("kubelet") or {})
-        user_data = render(self.cluster, node, spec.get("userData"))
-        owned = {f"kubernetes.io/cluster/{self.cluster.name}": "owned", "eks:eks-cluster-name": self.cluster.name,
-                 L.EC2NODECLASS: name}
+        node = NodeSettings(labels=dict(request.labels), taints=[*request.taints, *request.startup_taints],
+                            kubelet=dict(nodeclass.kubelet))
+        user_data = render(self.cluster, node, nodeclass.user_data)
+        owned = ownership_tags(self.cluster.name, nodeclass=name)
         templates = {}
         for ami in amis:
             lt = LaunchTemplateSpec(image_id=ami.id, user_data=user_data,
                                     security_group_ids=tuple(g.id for g in groups),
-                                    instance_profile=profile, metadata_options=spec.get("metadataOptions") or {},
+                                    instance_profile=profile, metadata_options=dict(nodeclass.metadata_options),
                                     block_device_mappings=devices,
-                                    tags={**(spec.get("tags") or {}), **owned},
-                                    detailed_monitoring=bool(spec.get("detailedMonitoring")),
-                                    associate_public_ip=spec.get("associatePublicIPAddress"))
+                                    tags={**nodeclass.tags, **owned},
+                                    detailed_monitoring=nodeclass.detailed_monitoring,
+                                    associate_public_ip=nodeclass.associate_public_ip_address)
             templates[ami.architecture] = lt
         its = self.get_instance_types(nodeclass)
         for attempt in (1, 2):
@@ -144,9 +143,9 @@ class AWSCloudProvider:
                     self._templates.add(lt_name)
                 names[arch] = lt_name
             try:
-                inst = launch(self.ec2, cluster_name=self.cluster.name, nodeclaim=nodeclaim, nodeclass_name=name,
+                inst = launch(self.ec2, cluster_name=self.cluster.name, request=request, nodeclass_name=name,
                               instance_types=its, subnets=subnets, launch_template=names,
-                              unavailable=self.unavailable, user_tags=spec.get("tags"))
+                              unavailable=self.unavailable, user_tags=dict(nodeclass.tags))
                 return self._describe(inst, its)
             except LaunchTemplateNotFoundError:
                 if attempt == 2:
@@ -154,33 +153,35 @@ class AWSCloudProvider:
                 self._templates.difference_update(names.values())
         raise AssertionError("unreachable")
 
-    def _resolved(self, nodeclass: dict[str, Any]) -> tuple[dict[str, Subnet], list[SecurityGroup], list[AMI], str]:
+    def _resolved(self, nodeclass: NodeClass) -> tuple[dict[str, Subnet], list[SecurityGroup], list[AMI], str]:
         """Subnets per zone, security groups, AMIs and the instance profile: from status when the status controller
         has resolved them, else resolved here (cached for a minute)."""
-        spec = nodeclass["spec"]
-        name = nodeclass["metadata"]["name"]
+        name = nodeclass.name
         from_status = resolved_from_status(nodeclass)
         if from_status is not None:
             return from_status
         subnets = self._cached(f"subnets/{name}", lambda: subnets_by_zone(
-            discover_subnets(self.ec2, spec["subnetSelectorTerms"])))
+            discover_subnets(self.ec2, [dict(t) for t in nodeclass.subnet_selector_terms])))
         groups = self._cached(f"sgs/{name}", lambda: discover_security_groups(
-            self.ec2, spec["securityGroupSelectorTerms"]))
-        amis = self._cached(f"amis/{name}", lambda: resolve(self.ec2, self.ssm, spec["amiSelectorTerms"],
+            self.ec2, [dict(t) for t in nodeclass.security_group_selector_terms]))
+        amis = self._cached(f"amis/{name}", lambda: resolve(self.ec2, self.ssm,
+                                                             [dict(t) for t in nodeclass.ami_selector_terms],
                                                              self.k8s_version))
-        profile = spec.get("instanceProfile") or self.profiles.ensure(name, spec["role"])
-        return subnets, groups, amis, profile
+        if nodeclass.instance_profile:
+            return subnets, groups, amis, nodeclass.instance_profile
+        if not nodeclass.role:
+            raise LaunchError(f"EC2NodeClass {name}: neither role nor instanceProfile is set")
+        return subnets, groups, amis, self.profiles.ensure(name, nodeclass.role)
 
     def delete_launch_templates(self, nodeclass: str) -> list[str]:
         """Delete the launch templates tagged for this cluster and EC2NodeClass (the node class is going away);
         returns their names."""
-        wanted = {"eks:eks-cluster-name": self.cluster.name, L.EC2NODECLASS: nodeclass}
         names = []
         paginator = self.ec2.get_paginator("describe_launch_templates")
-        for page in paginator.paginate(Filters=[{"Name": f"tag:{k}", "Values": [v]} for k, v in wanted.items()]):
+        for page in paginator.paginate(Filters=ownership_filters(self.cluster.name, nodeclass=nodeclass)):
             for lt in page.get("LaunchTemplates", []):
                 tags = {t["Key"]: t["Value"] for t in lt.get("Tags", [])}
-                if all(tags.get(k) == v for k, v in wanted.items()):
+                if matches(tags, owner_tags(self.cluster.name, nodeclass=nodeclass)):
                     names.append(lt["LaunchTemplateName"])
         for lt_name in names:
             try:
@@ -190,8 +191,9 @@ class AWSCloudProvider:
                                                        "InvalidLaunchTemplateId.NotFound"):
                     raise
             self._templates.discard(lt_name)
-        for key in (f"subnets/{nodeclass}", f"sgs/{nodeclass}", f"amis/{nodeclass}"):
-            self._discovered.pop(key, None)
+        with self._discovered_lock:
+            for key in (f"subnets/{nodeclass}", f"sgs/{nodeclass}", f"amis/{nodeclass}"):
+                self._discovered.pop(key, None)
         return names
 
     def _describe(self, inst: instances.Instance, its: list[InstanceType] | None = None,
@@ -205,7 +207,7 @@ class AWSCloudProvider:
         return LaunchedNode(provider_id=inst.provider_id, instance_type=inst.instance_type, zone=inst.zone,
                             capacity_type=inst.capacity_type, image_id=inst.image_id, labels=labels,
                             capacity=dict(it.capacity) if it else {}, allocatable=it.allocatable if it else {},
-                            launch_time=launch_time, state=inst.state, nodeclaim=inst.tags.get(NODECLAIM_TAG, ""))
+                            launch_time=launch_time, state=inst.state, nodeclaim=inst.tags.get(NODECLAIM, ""))
 
     def _describe_instances(self, **kwargs: Any) -> list[LaunchedNode]:
         out = []
@@ -235,8 +237,7 @@ class AWSCloudProvider:
         """Every live machine of this cluster that Karpenter launched (owned by the cluster, tagged with a NodePool),
         as Karpenter's garbage collection lists them."""
         return self._describe_instances(Filters=[
-            {"Name": f"tag:kubernetes.io/cluster/{self.cluster.name}", "Values": ["owned"]},
-            {"Name": "tag-key", "Values": [L.NODEPOOL]},
+            *ownership_filters(self.cluster.name, tag_keys=(L.NODEPOOL,)),
             {"Name": "instance-state-name", "Values": list(instances.LIVE_STATES)}])
 
     def delete(self, provider_id: str) -> None:

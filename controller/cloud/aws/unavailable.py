@@ -1,4 +1,4 @@
-"""Offerings EC2 recently refused for lack of capacity (ICE): (instance type, zone, capacity type) -> until when.
+"""Offerings EC2 recently refused for lack of capacity (ICE): (instance type, zone, capacity type) -> reason.
 
 Karpenter marks an offering unavailable for 3 minutes after an insufficient-capacity error so the next launch tries
 other offerings; the instance-type provider reports such offerings as unavailable.
@@ -10,33 +10,37 @@ import threading
 import time
 from collections.abc import Callable
 
+from cachetools import TTLCache
+
 DEFAULT_TTL_SECONDS = 180.0
+# far more offerings than a region has (about 800 types x 6 zones x 3 capacity types): never evicts a live entry
+MAX_ENTRIES = 100_000
 
 
 class UnavailableOfferings:
     """A thread-safe TTL cache of offerings that failed with insufficient capacity."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self._clock = clock
-        self._until: dict[tuple[str, str, str], tuple[float, str]] = {}
+    def __init__(self, clock: Callable[[], float] = time.monotonic, ttl_seconds: float = DEFAULT_TTL_SECONDS) -> None:
+        self._entries: TTLCache[tuple[str, str, str], str] = TTLCache(MAX_ENTRIES, ttl_seconds, timer=clock)
         self._lock = threading.Lock()
-        self.generation = 0  # bumps on every change, so caches built on availability know to rebuild
+        self._changes = 0
 
-    def mark_unavailable(self, instance_type: str, zone: str, capacity_type: str,
-                         ttl_seconds: float = DEFAULT_TTL_SECONDS, reason: str = "") -> None:
-        """Refuse this offering for ttl_seconds."""
+    @property
+    def generation(self) -> int:
+        """A number that changes whenever the set of unavailable offerings does (a mark, or an entry expiring), so
+        caches built on availability know to rebuild."""
         with self._lock:
-            self._until[(instance_type, zone, capacity_type)] = (self._clock() + ttl_seconds, reason)
-            self.generation += 1
+            if self._entries.expire():
+                self._changes += 1
+            return self._changes
+
+    def mark_unavailable(self, instance_type: str, zone: str, capacity_type: str, reason: str = "") -> None:
+        """Refuse this offering for the cache's lifetime (3 minutes), counted from now."""
+        with self._lock:
+            self._entries[(instance_type, zone, capacity_type)] = reason
+            self._changes += 1
 
     def is_unavailable(self, instance_type: str, zone: str, capacity_type: str) -> bool:
         """Whether the offering is still within its unavailable window."""
         with self._lock:
-            entry = self._until.get((instance_type, zone, capacity_type))
-            if entry is None:
-                return False
-            if entry[0] <= self._clock():
-                del self._until[(instance_type, zone, capacity_type)]
-                self.generation += 1
-                return False
-            return True
+            return (instance_type, zone, capacity_type) in self._entries

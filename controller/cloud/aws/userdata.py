@@ -15,6 +15,8 @@ from typing import Any
 
 import yaml
 
+from controller.api.models import Taint
+
 BOUNDARY = "//"
 NODECONFIG_TYPE = "application/node.eks.aws"
 
@@ -34,7 +36,7 @@ class NodeSettings:
     """Per-NodeClaim kubelet settings Karpenter passes to the node."""
 
     labels: dict[str, str] = field(default_factory=dict)
-    taints: list[dict[str, str]] = field(default_factory=list)
+    taints: list[Taint] = field(default_factory=list)
     kubelet: dict[str, Any] = field(default_factory=dict)  # EC2NodeClass spec.kubelet
 
 
@@ -52,8 +54,7 @@ def nodeconfig(cluster: ClusterInfo, node: NodeSettings) -> dict[str, Any]:
         if k.get(src) is not None:
             config[dst] = k[src]
     if node.taints:
-        config["registerWithTaints"] = [{"key": t["key"], "value": t.get("value", ""), "effect": t["effect"]}
-                                        for t in node.taints]
+        config["registerWithTaints"] = [{"key": t.key, "value": t.value, "effect": t.effect} for t in node.taints]
     flags = []
     if node.labels:
         flags.append("--node-labels=" + ",".join(f"{k}={v}" for k, v in sorted(node.labels.items())))
@@ -115,7 +116,7 @@ def _kubelet_args(node: NodeSettings) -> str:
         args.append("--node-labels=" + ",".join(f"{k}={v}" for k, v in sorted(node.labels.items())))
     if node.taints:
         args.append("--register-with-taints=" + ",".join(
-            f"{t['key']}={t.get('value', '')}:{t['effect']}" for t in node.taints))
+            f"{t.key}={t.value}:{t.effect}" for t in node.taints))
     if node.kubelet.get("maxPods") is not None:
         args.append(f"--max-pods={int(node.kubelet['maxPods'])}")
     return " ".join(args)
@@ -190,6 +191,6 @@ def bottlerocket_user_data(cluster: ClusterInfo, node: NodeSettings, user_data: 
     if node.taints:
         taints: dict[str, list[str]] = {}
         for t in node.taints:
-            taints.setdefault(t["key"], []).append(f"{t.get('value', '')}:{t['effect']}")
+            taints.setdefault(t.key, []).append(f"{t.value}:{t.effect}")
         k8s["node-taints"] = taints
     return to_toml(_merge(user, {"settings": {"kubernetes": k8s}})) + "\n"

@@ -5,18 +5,21 @@ offerings can be made to fail with insufficient capacity."""
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import hashlib
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
 from controller.api import labels as L
 from controller.catalog.snapshot import load_catalog
 from controller.catalog.types import InstanceType
 from controller.cloud.errors import InsufficientCapacityError, NodeClaimNotFoundError
-from controller.cloud.provider import LaunchedNode
-from controller.scheduling.requirements import Requirements
+from controller.cloud.provider import LaunchedNode, LaunchRequest, NodeClass
+from controller.scheduling.instancetypes import OfferingFilter, compatible_offerings
+
+# the capacity types in the order a launch prefers them (the AWS provider's, controller.cloud.aws.fleet)
+LAUNCH_ORDER = (L.CAPACITY_TYPE_RESERVED, L.CAPACITY_TYPE_SPOT, L.CAPACITY_TYPE_ON_DEMAND)
 
 
 class FakeCloudProvider:
@@ -29,38 +32,41 @@ class FakeCloudProvider:
         self.by_nodeclaim: dict[str, str] = {}
         self.insufficient: set[tuple[str, str, str]] = set()  # (type, zone, capacity type) refused
         self.create_calls = 0
+        self._types: tuple[frozenset[tuple[str, str, str]], builtins.list[InstanceType]] | None = None
         self._lock = threading.Lock()
 
-    def get_instance_types(self, nodeclass: dict[str, Any]) -> builtins.list[InstanceType]:
-        """The catalog's instance types."""
-        return self.catalog.instance_types
+    def get_instance_types(self, nodeclass: NodeClass) -> builtins.list[InstanceType]:
+        """The catalog's instance types, with the offerings refused for insufficient capacity unavailable (as the AWS
+        provider reports ICE'd offerings, so the next plan avoids them)."""
+        with self._lock:
+            refused = frozenset(self.insufficient)
+            if self._types is None or self._types[0] != refused:
+                types = self.catalog.instance_types
+                if refused:
+                    types = [dataclasses.replace(it, offerings=[
+                        dataclasses.replace(o, available=False)
+                        if (it.name, o.zone, o.capacity_type) in refused else o for o in it.offerings])
+                        for it in types]
+                self._types = (refused, types)
+            return self._types[1]
 
-    def create(self, nodeclaim: dict[str, Any], nodeclass: dict[str, Any]) -> LaunchedNode:
-        """The cheapest offering the NodeClaim's requirements allow (spot first when allowed)."""
-        name = nodeclaim["metadata"]["name"]
+    def create(self, request: LaunchRequest, nodeclass: NodeClass) -> LaunchedNode:
+        """The cheapest offering the NodeClaim's requirements allow (reserved, then spot, then on-demand, as the AWS
+        provider chooses)."""
+        name = request.name
         with self._lock:
             self.create_calls += 1
             known = self.by_nodeclaim.get(name)
             if known is not None and known in self.instances:
                 return self.instances[known]
-            reqs = Requirements.from_node_selector_requirements((nodeclaim.get("spec") or {}).get("requirements")
-                                                                or [])
+            reqs = request.requirements
+            allowed = OfferingFilter(reqs)
             best: tuple[int, float, InstanceType, str, str] | None = None
             for it in self.catalog.instance_types:
-                if any(r.key in it.labels and not r.has(it.labels[r.key]) for r in reqs
-                       if r.key not in (L.ZONE, L.CAPACITY_TYPE)):
-                    continue
-                it_req = reqs.get(L.INSTANCE_TYPE)
-                if it_req is not None and not it_req.has(it.name):
-                    continue
-                for o in it.offerings:
-                    zr, cr = reqs.get(L.ZONE), reqs.get(L.CAPACITY_TYPE)
-                    if not o.available or (zr is not None and not zr.has(o.zone)) or (
-                            cr is not None and not cr.has(o.capacity_type)):
-                        continue
+                for o in compatible_offerings(it, reqs, allowed):
                     if (it.name, o.zone, o.capacity_type) in self.insufficient:
                         continue
-                    rank = 0 if o.capacity_type == L.CAPACITY_TYPE_SPOT else 1
+                    rank = LAUNCH_ORDER.index(o.capacity_type) if o.capacity_type in LAUNCH_ORDER else len(LAUNCH_ORDER)
                     if best is None or (rank, o.price) < best[:2]:
                         best = (rank, o.price, it, o.zone, o.capacity_type)
             if best is None:
@@ -69,8 +75,7 @@ class FakeCloudProvider:
             instance_id = "i-" + hashlib.sha256(f"{name}/{self.clock()}".encode()).hexdigest()[:17]
             labels = dict(it.labels)
             labels.update({L.ZONE: zone, L.CAPACITY_TYPE: ct, L.INSTANCE_TYPE: it.name})
-            labels.update({k: v for k, v in (nodeclaim["metadata"].get("labels") or {}).items()
-                           if k in (L.NODEPOOL, L.EC2NODECLASS)})
+            labels.update({k: v for k, v in request.labels.items() if k in (L.NODEPOOL, L.EC2NODECLASS)})
             node = LaunchedNode(provider_id=f"aws:///{zone}/{instance_id}", instance_type=it.name, zone=zone,
                                 capacity_type=ct, image_id="ami-fake", labels=labels, capacity=dict(it.capacity),
                                 allocatable=it.allocatable)
