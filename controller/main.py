@@ -25,6 +25,7 @@ from controller.kube.events import Recorder
 from controller.kube.informer import Informer
 from controller.kube.leaderelection import LeaderElector
 from controller.kube.workqueue import Controller
+from controller.metrics import MeteredCloudProvider
 from controller.settings import Settings
 from controller.state.cluster import Cluster, provider_id
 
@@ -71,7 +72,7 @@ def build_cloud(settings: Settings, client: KubeClient) -> tuple[CloudProvider, 
     if settings.cloud_provider == "fake":
         from controller.cloud.fake.provider import FakeCloudProvider
 
-        return FakeCloudProvider(), None
+        return MeteredCloudProvider(FakeCloudProvider(), "fake"), None
     from controller.catalog.snapshot import load_prices
     from controller.cloud.aws.clients import make_clients
     from controller.cloud.aws.instancetypes import InstanceTypeProvider
@@ -89,7 +90,7 @@ def build_cloud(settings: Settings, client: KubeClient) -> tuple[CloudProvider, 
     provider = AWSCloudProvider(cluster=_cluster_info(settings, client, clients), region=region,
                                 k8s_version=client.server_version(), ec2=clients.ec2, ssm=clients.ssm,
                                 iam=clients.iam, instance_types=types)
-    return provider, clients
+    return MeteredCloudProvider(provider, "aws"), clients
 
 
 def _identity() -> str:
@@ -144,6 +145,8 @@ def wire(settings: Settings, client: KubeClient, cloud: CloudProvider, aws: Any,
                 c_nodeclass.queue.add(str(ref))
         elif obj["metadata"].get("deletionTimestamp"):
             c_claim_term.queue.add(name)
+            if old is None or not old["metadata"].get("deletionTimestamp"):
+                provisioner.trigger()  # its node's pods are rescheduled now, while it drains
         else:
             c_lifecycle.queue.add(name)
         pool = (obj["metadata"].get("labels") or {}).get(L.NODEPOOL)
@@ -159,6 +162,8 @@ def wire(settings: Settings, client: KubeClient, cloud: CloudProvider, aws: Any,
             return
         if obj["metadata"].get("deletionTimestamp"):
             c_node_term.queue.add(obj["metadata"]["name"])
+        if _going_away(obj) and (old is None or not _going_away(old)):
+            provisioner.trigger()  # its pods are rescheduled now, while it drains
         claim = cluster.nodeclaim_for_provider_id(provider_id(obj))
         if claim is not None:
             if claim["metadata"].get("deletionTimestamp"):
@@ -168,9 +173,10 @@ def wire(settings: Settings, client: KubeClient, cloud: CloudProvider, aws: Any,
 
     def on_nodepool(event: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
         obj = new if new is not None else old
-        if obj is not None and event != "DELETED":
-            c_nodepool.queue.add(obj["metadata"]["name"])
-            provisioner.trigger()
+        if obj is not None:
+            c_nodepool.queue.add(obj["metadata"]["name"])  # a deleted pool's gauges are cleared there
+            if event != "DELETED":
+                provisioner.trigger()
 
     def on_nodeclass(event: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
         obj = new if new is not None else old
@@ -226,6 +232,13 @@ def wire(settings: Settings, client: KubeClient, cloud: CloudProvider, aws: Any,
                 rt.threads.append(_thread("interruption", interruption.run, rt.lead_stop))
 
     return rt, start_leading
+
+
+def _going_away(node: dict[str, Any]) -> bool:
+    """A Node deleted or tainted karpenter.sh/disrupted."""
+    return bool(node["metadata"].get("deletionTimestamp")) or any(
+        isinstance(t, dict) and t.get("key") == L.DISRUPTED_TAINT_KEY for t in (node.get("spec") or {}).get("taints")
+        or [])
 
 
 def _replay(informer: Informer, handler: Callable[[str, dict[str, Any] | None, dict[str, Any] | None], None]) -> None:
@@ -301,13 +314,19 @@ def run(settings: Settings, sources: dict[str, str] | None = None) -> int:
 
 
 def _observe_state(cluster: Cluster, stop: threading.Event) -> None:
-    """Keep the cluster-state gauges current (synced, node count)."""
+    """Keep the cluster-state gauges current (synced, unsynced time, node count)."""
     from controller import metrics as M
 
     def loop(stop: threading.Event) -> None:
         ticks = 0
+        synced_at = time.monotonic()
         while not stop.wait(1.0):
-            M.CLUSTER_STATE_SYNCED.set(1 if cluster.synced() else 0)
+            synced = cluster.synced()
+            if synced:
+                synced_at = time.monotonic()
+            M.CLUSTER_STATE_SYNCED.set(1 if synced else 0)
+            # Karpenter: how long state has been unsynced, 0 while synced
+            M.CLUSTER_STATE_UNSYNCED_TIME.set(time.monotonic() - synced_at)
             M.CLUSTER_STATE_NODE_COUNT.set(len(cluster.nodes()))
             ticks += 1
             if ticks % 10 == 1:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from controller.kube.errors import ConflictError, is_temporary
+from controller.metrics import controller_context
 
 log = logging.getLogger("karpy.controller")
 
@@ -170,7 +171,8 @@ class Controller:
             if key is None:
                 continue
             try:
-                self.process_one(key)
+                with controller_context(self.name):
+                    self.process_one(key)
             finally:
                 self.queue.done(key)
 

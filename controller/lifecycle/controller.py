@@ -17,6 +17,7 @@ from typing import Any
 from controller import metrics as M
 from controller.api import conditions as C
 from controller.api import labels as L
+from controller.api.nodeclasshash import hash_annotations
 from controller.api.quantity import QuantityError, resources_from_dict
 from controller.cloud.errors import InsufficientCapacityError, NodeClassNotReadyError
 from controller.cloud.provider import CloudProvider, LaunchedNode
@@ -115,11 +116,8 @@ class LifecycleController:
             self.client.delete(R.NODECLAIMS, name, uid=claim["metadata"].get("uid"))
         except NotFoundError:
             return
+        # karpenter_nodeclaims_terminated_total is counted once, by the Terminator when the finalizer goes
         log.info("deleted nodeclaim", extra={**_ref(claim), "reason": reason, "controller": "nodeclaim.lifecycle"})
-        labels = claim["metadata"].get("labels") or {}
-        M.NODECLAIMS_TERMINATED.labels(nodepool=labels.get(L.NODEPOOL, ""),
-                                       capacity_type=labels.get(L.CAPACITY_TYPE, ""),
-                                       zone=labels.get(L.ZONE, "")).inc()
         self.on_deleted()
 
     def _age(self, claim: dict[str, Any]) -> float:
@@ -144,12 +142,8 @@ class LifecycleController:
             self.recorder.publish(claim, "Warning", "NodeClassNotReady", why)
             return Result(requeue_after=5.0)
         try:
-            with M.measure(M.CLOUDPROVIDER_DURATION, controller="nodeclaim.lifecycle", method="Create",
-                           provider="aws"):
-                launched = self.cloud.create(claim, nodeclass)
+            launched = self.cloud.create(claim, nodeclass)  # timed and counted by metrics.MeteredCloudProvider
         except InsufficientCapacityError as e:
-            M.CLOUDPROVIDER_ERRORS.labels(controller="nodeclaim.lifecycle", method="Create", provider="aws",
-                                          error="InsufficientCapacityError").inc()
             message = str(e)[:300]
             log.error("failed launching nodeclaim", extra={**_ref(claim), "error": message})
             self.recorder.publish(claim, "Warning", "InsufficientCapacityError",
@@ -161,32 +155,34 @@ class LifecycleController:
             self._write_status(claim)
             return Result(requeue_after=5.0)
         except Exception as e:
-            M.CLOUDPROVIDER_ERRORS.labels(controller="nodeclaim.lifecycle", method="Create", provider="aws",
-                                          error=M.bounded(type(e).__name__, M.CLOUDPROVIDER_ERROR_TYPES, "")).inc()
             if C.set_condition(status, "Launched", False, "LaunchFailed", str(e)[:300]):
                 self._write_status(claim)
             raise
         failpoint("lifecycle.after-create")  # a crash between CreateFleet and the status write
-        self._populate(claim, launched)
+        self._populate(claim, launched, nodeclass)
         log.info("launched nodeclaim", extra={
             **_ref(claim), "controller": "nodeclaim.lifecycle", "provider-id": launched.provider_id,
             "instance-type": launched.instance_type, "zone": launched.zone, "capacity-type": launched.capacity_type,
             "allocatable": resource_list(launched.allocatable)})
         return Result(requeue_after=0.0)
 
-    def _populate(self, claim: dict[str, Any], launched: LaunchedNode) -> None:
-        """Write what the launch produced: labels on the NodeClaim, then providerID, image, capacity, allocatable and
-        Launched in one status patch."""
+    def _populate(self, claim: dict[str, Any], launched: LaunchedNode, nodeclass: dict[str, Any]) -> None:
+        """Write what the launch produced: labels and the EC2NodeClass hash annotations (as the AWS provider's Create
+        stamps them) on the NodeClaim, then providerID, image, capacity, allocatable and Launched in one status
+        patch."""
         meta = claim["metadata"]
         labels = dict(meta.get("labels") or {})
         labels.update(launched.labels)
         labels.update({L.INSTANCE_TYPE: launched.instance_type, L.ZONE: launched.zone,
                        L.CAPACITY_TYPE: launched.capacity_type})
-        if labels != (meta.get("labels") or {}):
-            patched = self.client.patch(R.NODECLAIMS, meta["name"], {"metadata": {"labels": labels}})
+        annotations = {**(meta.get("annotations") or {}), **hash_annotations(nodeclass)}
+        if labels != (meta.get("labels") or {}) or annotations != (meta.get("annotations") or {}):
+            patched = self.client.patch(R.NODECLAIMS, meta["name"], {"metadata": {"labels": labels,
+                                                                                  "annotations": annotations}})
             self._wrote(claim)
             self._superseded[meta["name"]].add(str(patched["metadata"].get("resourceVersion")))
             meta["labels"] = labels
+            meta["annotations"] = annotations
         status = claim["status"]
         status.update({"providerID": launched.provider_id, "imageID": launched.image_id,
                        "capacity": resource_list(launched.capacity),
