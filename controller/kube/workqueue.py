@@ -152,7 +152,8 @@ class Controller:
     def process_one(self, key: str) -> None:
         """Reconcile key once and queue what the outcome asks for."""
         try:
-            result = self.reconcile(key)
+            with controller_context(self.name):  # the controller label of the cloud calls it makes
+                result = self.reconcile(key)
         except ConflictError:
             self.queue.add_rate_limited(key)  # someone else wrote first: re-read and retry
         except Exception as e:
@@ -171,8 +172,7 @@ class Controller:
             if key is None:
                 continue
             try:
-                with controller_context(self.name):
-                    self.process_one(key)
+                self.process_one(key)
             finally:
                 self.queue.done(key)
 

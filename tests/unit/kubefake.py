@@ -10,7 +10,7 @@ import itertools
 from typing import Any
 
 from controller.kube import resources as R
-from controller.kube.errors import ConflictError, NotFoundError
+from controller.kube.errors import ConflictError, InvalidError, NotFoundError
 from controller.state.cluster import Cluster
 
 Obj = dict[str, Any]
@@ -40,7 +40,7 @@ class FakeKube:
         self.now = now
         self._rv = itertools.count(1)
         self._uid = itertools.count(1)
-        self.cluster = Cluster(self)  # type: ignore[arg-type]
+        self.cluster = Cluster(self)
         for informer in self.cluster.informers:
             informer._synced.set()
         self.writes: list[tuple[str, str, str]] = []  # (verb, plural, name)
@@ -106,6 +106,17 @@ class FakeKube:
             if subresource == "status":
                 body = {"status": body.get("status")}
             _merge(obj, body)
+        else:  # JSON patch: test and remove, the ops the controllers send
+            for op in body:
+                *parents, last = op["path"].strip("/").split("/")
+                target: Any = obj
+                for part in parents:
+                    target = target[int(part)] if isinstance(target, list) else target[part]
+                index = int(last) if isinstance(target, list) else last
+                if op["op"] == "test" and target[index] != op["value"]:
+                    raise InvalidError(422, "Invalid", f"test failed at {op['path']}")
+                if op["op"] == "remove":
+                    del target[index]
         obj["metadata"]["resourceVersion"] = str(next(self._rv))
         self.writes.append(("patch" + (f"/{subresource}" if subresource else ""), res.plural, name))
         if obj["metadata"].get("deletionTimestamp") and not obj["metadata"].get("finalizers"):
