@@ -116,20 +116,26 @@ def wire(settings: Settings, client: KubeClient, cloud: CloudProvider, aws: Any,
     lifecycle = LifecycleController(cluster, client, cloud, recorder, on_deleted=provisioner.trigger)
     terminator = Terminator(client, cluster, cloud, recorder)
     nodepools = NodePoolStatusController(cluster, client)
-    c_lifecycle = Controller("nodeclaim.lifecycle", lifecycle.reconcile, workers=4)
-    c_claim_term = Controller("nodeclaim.termination", terminator.reconcile_nodeclaim, workers=4)
-    c_node_term = Controller("node.termination", terminator.reconcile_node, workers=4)
-    c_nodepool = Controller("nodepool.status", nodepools.reconcile, workers=1)
+    c_lifecycle = Controller("nodeclaim.lifecycle", lifecycle.reconcile, workers=4, recorder=recorder,
+                             lookup=cluster.nodeclaim)
+    c_claim_term = Controller("nodeclaim.termination", terminator.reconcile_nodeclaim, workers=4, recorder=recorder,
+                              lookup=cluster.nodeclaim)
+    c_node_term = Controller("node.termination", terminator.reconcile_node, workers=4, recorder=recorder,
+                             lookup=cluster.node)
+    c_nodepool = Controller("nodepool.status", nodepools.reconcile, workers=1, recorder=recorder,
+                            lookup=cluster.nodepool)
     rt.controllers = [c_lifecycle, c_claim_term, c_node_term, c_nodepool]
     if aws is not None:
         from controller.nodeclass.status import NodeClassController
 
         nodeclasses = NodeClassController(cluster=cluster, client=client, provider=cloud, recorder=recorder)
-        c_nodeclass = Controller("nodeclass.status", nodeclasses.reconcile, workers=1)
+        c_nodeclass = Controller("nodeclass.status", nodeclasses.reconcile, workers=1, recorder=recorder,
+                                 lookup=cluster.nodeclass)
     else:
         from controller.cloud.fake.nodeclass import FakeNodeClassController
 
-        c_nodeclass = Controller("nodeclass.status", FakeNodeClassController(cluster, client).reconcile, workers=1)
+        c_nodeclass = Controller("nodeclass.status", FakeNodeClassController(cluster, client).reconcile, workers=1,
+                                 recorder=recorder, lookup=cluster.nodeclass)
     rt.controllers.append(c_nodeclass)
 
     def on_nodeclaim(event: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
