@@ -307,16 +307,30 @@ def run(settings: Settings, sources: dict[str, str] | None = None) -> int:
     if elector is None:
         start_leading()
         stop.wait()
-        rt.lead_stop.set()
     else:
-        elector.run(stop, on_started=start_leading, on_stopped=stopped_leading)
-        rt.lead_stop.set()
-    deadline = time.monotonic() + SHUTDOWN_SECONDS
-    for t in rt.threads:
-        t.join(max(0.0, deadline - time.monotonic()))
+        elector.run(stop, on_started=start_leading, on_stopped=stopped_leading, release=False)
+    stop_leading(rt, elector)
     servers.stop()
     log.info("stopped", extra={"controller": "controller"})
     return exit_code[0]
+
+
+def stop_leading(rt: Runtime, elector: LeaderElector | None, timeout: float = SHUTDOWN_SECONDS) -> list[str]:
+    """Stop the leader's work, wait (up to timeout) for its threads to finish their pass, and only then release the
+    Lease, so a standby never leads while this process still writes. Returns the threads still running at the
+    release (they do not stop a release: the process exits right after, and a Lease left to expire would cost the
+    standby 15 s)."""
+    rt.lead_stop.set()
+    deadline = time.monotonic() + timeout
+    for t in rt.threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    alive = [t.name for t in rt.threads if t.is_alive()]
+    if alive:
+        log.warning("threads still running at shutdown", extra={"controller": "controller",
+                                                               "threads": ", ".join(alive[:10])})
+    if elector is not None:
+        elector.release()  # a no-op unless this process holds the Lease
+    return alive
 
 
 def _observe_state(cluster: Cluster, stop: threading.Event) -> None:

@@ -180,3 +180,51 @@ def test_a_conflict_is_read_again_at_once_a_few_times_then_backs_off():
     assert c.queue.get(timeout=0) is None  # now it waits its backoff
     assert _delay_of(c.queue, "c1") is not None
     assert recorder.events == []
+
+
+def test_the_lease_is_released_only_after_the_leaders_workers_have_stopped():
+    from controller.main import Runtime, stop_leading
+
+    events: list[str] = []
+    started = threading.Event()
+
+    def reconcile(key: str) -> Result | None:
+        started.set()
+        time.sleep(0.5)  # a pass in progress when the shutdown comes
+        events.append("reconcile finished")
+        return None
+
+    class Elector:
+        def release(self) -> None:
+            events.append("lease released")
+
+    rt = Runtime(cluster=None)  # type: ignore[arg-type]
+    c = Controller("nodeclaim.lifecycle", reconcile, workers=2)
+    rt.threads.extend(c.start(rt.lead_stop))
+    c.queue.add("c1")
+    assert started.wait(2)
+    began = time.monotonic()
+    assert stop_leading(rt, Elector(), timeout=5) == []  # type: ignore[arg-type]
+    assert events == ["reconcile finished", "lease released"]
+    assert time.monotonic() - began < 2
+
+
+def test_a_worker_that_will_not_stop_does_not_hold_the_release_past_the_timeout():
+    from controller.main import Runtime, stop_leading
+
+    released: list[float] = []
+    hang = threading.Event()
+    rt = Runtime(cluster=None)  # type: ignore[arg-type]
+    rt.threads.append(threading.Thread(target=hang.wait, name="interruption", daemon=True))
+    rt.threads[0].start()
+
+    class Elector:
+        def release(self) -> None:
+            released.append(time.monotonic())
+
+    began = time.monotonic()
+    try:
+        assert stop_leading(rt, Elector(), timeout=0.3) == ["interruption"]  # type: ignore[arg-type]
+    finally:
+        hang.set()
+    assert len(released) == 1 and released[0] - began < 1.0
