@@ -120,14 +120,27 @@ class LifecycleController:
         log.info("deleted nodeclaim", extra={**_ref(claim), "reason": reason, "controller": "nodeclaim.lifecycle"})
         self.on_deleted()
 
-    def _age(self, claim: dict[str, Any]) -> float:
-        created = C.parse_time(claim["metadata"].get("creationTimestamp"))
-        return 0.0 if created is None else self.clock() - created
+    def _since(self, claim: dict[str, Any], type_: str) -> float:
+        """Seconds since the condition's lastTransitionTime. Karpenter's conditions start Unknown when the NodeClaim
+        is created, so a condition not written yet counts from the creationTimestamp."""
+        at = C.parse_time((C.get(claim.get("status"), type_) or {}).get("lastTransitionTime"))
+        if at is None:
+            at = C.parse_time(claim["metadata"].get("creationTimestamp"))
+        return 0.0 if at is None else self.clock() - at
+
+    def _unknown_since_creation(self, claim: dict[str, Any], type_: str, reason: str, message: str) -> bool:
+        """Set a condition Unknown (whether it changed); one not there yet is stamped with the creationTimestamp (it
+        has been Unknown since then, as in Karpenter), so liveness measures from creation."""
+        status = claim["status"]
+        created = None if C.get(status, type_) is not None else C.parse_time(
+            claim["metadata"].get("creationTimestamp"))
+        return C.set_condition(status, type_, None, reason, message, now=created)
 
     def _launch(self, claim: dict[str, Any]) -> Result:
         name = claim["metadata"]["name"]
         status = claim["status"]
-        if self._age(claim) > LAUNCH_TIMEOUT:
+        # liveness.go: not Launched 5 min after Launched's last transition (Unknown since creation) -> deleted
+        if self._since(claim, "Launched") > LAUNCH_TIMEOUT:
             log.info("nodeclaim did not launch in time", extra={**_ref(claim), "timeout": "5m"})
             self._delete(claim, "launch_timeout")
             return Result()
@@ -137,7 +150,7 @@ class LifecycleController:
 
         why = nodeclass_not_ready(nodeclass, str(ref))
         if why or nodeclass is None:
-            if C.set_condition(status, "Launched", None, "NodeClassNotReady", why):
+            if self._unknown_since_creation(claim, "Launched", "NodeClassNotReady", why):
                 self._write_status(claim)
             self.recorder.publish(claim, "Warning", "NodeClassNotReady", why)
             return Result(requeue_after=5.0)
@@ -151,7 +164,7 @@ class LifecycleController:
             self._delete(claim, "insufficient_capacity")
             return Result()
         except NodeClassNotReadyError as e:
-            C.set_condition(status, "Launched", None, "NodeClassNotReady", str(e)[:300])
+            self._unknown_since_creation(claim, "Launched", "NodeClassNotReady", str(e)[:300])
             self._write_status(claim)
             return Result(requeue_after=5.0)
         except Exception as e:
@@ -188,8 +201,8 @@ class LifecycleController:
                        "capacity": resource_list(launched.capacity),
                        "allocatable": resource_list(launched.allocatable)})
         C.set_condition(status, "Launched", True, "Launched")
-        C.set_condition(status, "Registered", None, "AwaitingReconciliation", "node not registered yet")
-        C.set_condition(status, "Initialized", None, "AwaitingReconciliation", "node not initialized yet")
+        self._unknown_since_creation(claim, "Registered", "AwaitingReconciliation", "node not registered yet")
+        self._unknown_since_creation(claim, "Initialized", "AwaitingReconciliation", "node not initialized yet")
         C.set_condition(status, "Ready", False, "NotReady", "Registered and Initialized are not True")
         self._write_status(claim)
 
@@ -205,8 +218,8 @@ class LifecycleController:
         pid = provider_id(claim)
         node = self.cluster.node_for_provider_id(pid)
         if node is None:
-            launched_at = C.parse_time((C.get(status, "Launched") or {}).get("lastTransitionTime"))
-            if launched_at is not None and self.clock() - launched_at > REGISTRATION_TIMEOUT:
+            # liveness.go: not Registered 15 min after Registered's last transition (Unknown since creation)
+            if self._since(claim, "Registered") > REGISTRATION_TIMEOUT:
                 log.info("nodeclaim did not register in time", extra={**_ref(claim), "timeout": "15m"})
                 self._delete(claim, "registration_timeout")
                 return Result()

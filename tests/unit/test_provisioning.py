@@ -251,6 +251,7 @@ from controller.cloud.errors import InsufficientCapacityError  # noqa: E402
 from controller.cloud.provider import LaunchedNode  # noqa: E402
 from controller.kube import resources as R  # noqa: E402
 from controller.nodeclass.hash import reconcile_hash  # noqa: E402
+from controller.nodepool.status import NodePoolStatusController  # noqa: E402
 from controller.provisioning.provisioner import Provisioner  # noqa: E402
 from tests.unit.kubefake import FakeKube, FakeRecorder, stamp  # noqa: E402
 
@@ -449,3 +450,188 @@ def test_a_healthy_node_is_capacity_and_its_pods_stay():
     _pending(w.kube, "new")
     res = w.prov.schedule()
     assert res.created == [] and res.nominated == {"default/new": "n1"}
+
+
+# ---- 5. what exists, tested through the controllers ----
+
+def test_the_instance_type_list_on_the_nodeclaim_is_ordered_by_price():
+    w = _world()  # the cloud lists m.4x (0.8), m.1x (0.2), m.2x (0.4)
+    _pending(w.kube, "p1")
+    [name] = w.prov.schedule().created
+    claim = w.kube.get(R.NODECLAIMS, name)
+    it_req = next(r for r in claim["spec"]["requirements"] if r["key"] == L.INSTANCE_TYPE)
+    assert it_req["values"] == ["m.1x", "m.2x", "m.4x"]
+
+
+def test_limits_count_launched_capacity_and_in_flight_nodeclaims():
+    w = _world(limits={"cpu": "20"})
+    w.kube.add(R.NODECLAIMS, {"metadata": {"name": "launched", "labels": {L.NODEPOOL: "general"}},
+                              "spec": {"nodeClassRef": {"name": "default"}},
+                              "status": {"capacity": {"cpu": "16", "memory": "64Gi", "pods": "110"}}})
+    assert w.prov._usage("general", w.cloud.types)["cpu"] == 16000
+    _pending(w.kube, "p1")
+    # 16 used of 20: a 4-CPU node still fits the limit
+    first = w.prov.schedule()
+    assert len(first.created) == 1
+    claim = w.kube.get(R.NODECLAIMS, first.created[0])
+    assert next(r for r in claim["spec"]["requirements"] if r["key"] == L.INSTANCE_TYPE)["values"] == ["m.1x"]
+    # in flight (no capacity yet), it counts as its largest option: 20 of 20, nothing more can launch
+    assert w.prov._usage("general", w.cloud.types) == {"nodes": 2, "cpu": 20000, "memory": 80 * GI, "pods": 220}
+    _pending(w.kube, "p2", cpu="4")  # p1 and p2 do not both fit the in-flight node, and no other may launch
+    second = w.prov.schedule()
+    assert second.created == []
+    [(_, why)] = second.unschedulable.items()
+    assert why.startswith('nodepool "general": limits exceeded'), why
+
+
+def test_nodepool_status_resources_and_nodes_follow_its_nodeclaims():
+    w = _world()
+    ctl = NodePoolStatusController(w.kube.cluster, w.kube)  # type: ignore[arg-type]
+    ctl.reconcile("general")
+    status = w.kube.get(R.NODEPOOLS, "general")["status"]
+    assert status["nodes"] == 0 and status["resources"] == {}
+    assert C.is_true(status, "Ready") and C.is_true(status, "NodeClassReady")
+    for name, cpu in (("a", "4"), ("b", "8")):
+        w.kube.add(R.NODECLAIMS, {"metadata": {"name": name, "labels": {L.NODEPOOL: "general"}}, "spec": {},
+                                  "status": {"capacity": {"cpu": cpu, "memory": f"{int(cpu) * 4}Gi", "pods": "110"}}})
+    ctl.reconcile("general")
+    status = w.kube.get(R.NODEPOOLS, "general")["status"]
+    assert status["nodes"] == 2 and status["resources"] == {"cpu": "12", "memory": "48Gi", "pods": "220"}
+    w.kube.objects.pop(("nodeclaims", "", "a"))
+    w.kube.cluster.nodeclaims_informer._apply("DELETED", {"metadata": {"name": "a"}})
+    ctl.reconcile("general")
+    status = w.kube.get(R.NODEPOOLS, "general")["status"]
+    assert status["nodes"] == 1 and status["resources"] == {"cpu": "8", "memory": "32Gi", "pods": "110"}
+    writes = len(w.kube.writes)
+    ctl.reconcile("general")
+    assert len(w.kube.writes) == writes  # nothing changed: no write
+
+
+def test_insufficient_capacity_deletes_the_nodeclaim_and_provisions_again():
+    w = _world()
+    w.cloud.ice = True
+    _pending(w.kube, "p1")
+    [name] = w.prov.schedule().created
+    w.lifecycle.reconcile(name)  # finalizer
+    w.lifecycle.reconcile(name)  # launch: ICE
+    assert w.cloud.unavailable == [("m.1x", "us-east-1a", "on-demand")]  # the provider remembered the offering
+    assert w.kube.get(R.NODECLAIMS, name)["metadata"].get("deletionTimestamp")
+    assert w.triggered == [True]  # the provisioner is asked for a new batch
+    assert [(e[0], e[2]) for e in w.recorder.events if e[1] == "Warning"] == [(name, "InsufficientCapacityError")]
+
+
+def test_failed_scheduling_says_why_for_each_nodepool():
+    w = _world(pools=("general", "tainted", "broken"))
+    w.kube.patch(R.NODEPOOLS, "tainted", {"spec": {"template": {"spec": {"taints": [
+        {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}]}}}})
+    w.kube.patch(R.NODEPOOLS, "broken", {"spec": {"template": {"spec": {"nodeClassRef": {"name": "missing"}}}}})
+    _pending(w.kube, "huge", cpu="64")
+    res = w.prov.schedule()
+    assert res.created == []
+    [(name, type_, _, message)] = [e for e in w.recorder.events if e[2] == "FailedScheduling"]
+    assert (name, type_) == ("huge", "Warning")
+    assert message.startswith("Failed to schedule pod, ")
+    for pool, why in (("general", "no instance type has room"),
+                      ("tainted", "taint dedicated=gpu:NoSchedule not tolerated"),
+                      ("broken", 'EC2NodeClass "missing"')):
+        assert f'nodepool "{pool}": {why}' in message, (pool, message)
+
+
+def test_nothing_is_decided_until_this_process_sees_its_own_nodeclaims():
+    w = _world()
+    cluster = w.kube.cluster
+    assert cluster.synced()
+    cluster.mark_created("general-x")
+    assert not cluster.synced()  # created here, not seen by the informer yet
+    w.kube.add(R.NODECLAIMS, {"metadata": {"name": "general-x"}, "spec": {}})
+    assert cluster.synced()
+    # the provisioner's loop waits (no pass) while unsynced
+    cluster.mark_created("general-y")
+    passes: list[int] = []
+    w.prov.schedule = lambda: passes.append(1)  # type: ignore[method-assign]
+    w.prov.batcher = Batcher(idle=0.01, maximum=0.05)
+    stop = threading.Event()
+    t = threading.Thread(target=w.prov.run, args=(stop,), daemon=True)
+    w.prov.trigger()
+    t.start()
+    time.sleep(0.5)
+    assert passes == []
+    w.kube.add(R.NODECLAIMS, {"metadata": {"name": "general-y"}, "spec": {}})
+    deadline = time.monotonic() + 3
+    while not passes and time.monotonic() < deadline:
+        time.sleep(0.02)
+    stop.set()
+    t.join(3)
+    assert passes  # synced again: the batch runs
+    # a NodeClaim the informer never shows is given up on after a minute
+    clock = [1000.0]
+    cluster.clock = lambda: clock[0]
+    cluster.mark_created("general-never")
+    assert not cluster.synced()
+    clock[0] += 61
+    assert cluster.synced()
+
+
+def _launched_claim(w, *, created: float, launched: float | None, registered_since: float | None) -> str:
+    conditions = []
+    if launched is not None:
+        conditions.append({"type": "Launched", "status": "True", "reason": "Launched",
+                           "lastTransitionTime": stamp(launched)})
+    else:
+        conditions.append({"type": "Launched", "status": "Unknown", "reason": "AwaitingReconciliation",
+                           "lastTransitionTime": stamp(created)})
+    if registered_since is not None:
+        conditions.append({"type": "Registered", "status": "Unknown", "reason": "AwaitingReconciliation",
+                           "lastTransitionTime": stamp(registered_since)})
+    status: dict = {"conditions": conditions}
+    if launched is not None:
+        status["providerID"] = "aws:///us-east-1a/i-0001"
+    w.kube.now = created
+    return w.kube.add(R.NODECLAIMS, {"metadata": {"name": "c", "finalizers": [L.TERMINATION_FINALIZER],
+                                                  "labels": {L.NODEPOOL: "general"}},
+                                     "spec": {"nodeClassRef": {"name": "default"}, "requirements": [
+                                         {"key": L.INSTANCE_TYPE, "operator": "In", "values": ["m.1x"]}]},
+                                     "status": status})["metadata"]["name"]
+
+
+def test_liveness_launch_timeout_is_five_minutes_from_launcheds_transition():
+    w = _world()
+    w.kube.patch(R.EC2NODECLASSES, "default", {"status": {"conditions": [
+        {"type": "Ready", "status": "False", "reason": "SubnetsNotFound"}]}})  # cannot launch: it waits
+    t0 = 1_700_000_000.0
+    name = _launched_claim(w, created=t0, launched=None, registered_since=None)
+    w.kube.now = t0 + 299
+    assert w.lifecycle.reconcile(name).requeue_after == 5.0
+    assert not w.kube.get(R.NODECLAIMS, name)["metadata"].get("deletionTimestamp")
+    w.kube.now = t0 + 301
+    w.lifecycle.reconcile(name)
+    assert w.kube.get(R.NODECLAIMS, name)["metadata"].get("deletionTimestamp")
+    assert w.triggered == [True]
+
+
+def test_liveness_registration_timeout_is_fifteen_minutes_from_registereds_transition():
+    w = _world()
+    t0 = 1_700_000_000.0
+    # Registered has been Unknown since creation; the launch came 4 minutes later: the clock runs from creation
+    name = _launched_claim(w, created=t0, launched=t0 + 240, registered_since=t0)
+    w.kube.now = t0 + 899
+    assert w.lifecycle.reconcile(name).requeue_after == 15.0
+    assert not w.kube.get(R.NODECLAIMS, name)["metadata"].get("deletionTimestamp")
+    w.kube.now = t0 + 901
+    w.lifecycle.reconcile(name)
+    assert w.kube.get(R.NODECLAIMS, name)["metadata"].get("deletionTimestamp")
+
+
+def test_a_launch_stamps_registered_unknown_since_creation():
+    w = _world()
+    t0 = 1_700_000_000.0
+    _pending(w.kube, "p1")
+    w.kube.now = t0
+    [name] = w.prov.schedule().created
+    w.kube.now = t0 + 120  # launched two minutes after creation
+    w.lifecycle.clock = lambda: w.kube.now
+    w.lifecycle.reconcile(name)
+    w.lifecycle.reconcile(name)
+    claim = w.kube.get(R.NODECLAIMS, name)
+    assert C.is_true(claim["status"], "Launched")
+    assert C.get(claim["status"], "Registered")["lastTransitionTime"] == stamp(t0)
