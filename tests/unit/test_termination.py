@@ -572,3 +572,32 @@ def test_termination_durations_and_node_lifetime_are_observed_as_karpenter_does(
     assert delta[("NODES_LIFETIME_DURATION", "count")] == 1
     assert delta[("NODES_LIFETIME_DURATION", "sum")] == pytest.approx(w.clock[0] - (NOW - 3600))
     assert _sample("NODECLAIMS_TERMINATED") - terminated == 1
+
+
+# ---- one Taint type, one toleration matcher ----
+
+@pytest.mark.parametrize(("toleration", "taint", "expected"), [
+    ({"operator": "Exists"}, {"key": "a", "value": "x", "effect": "NoExecute"}, True),
+    ({"operator": "Exists", "effect": "NoSchedule"}, {"key": "a", "effect": "NoExecute"}, False),
+    ({"key": "a", "operator": "Exists"}, {"key": "a", "value": "x", "effect": "NoSchedule"}, True),
+    ({"key": "a", "value": "x"}, {"key": "a", "value": "x", "effect": "NoSchedule"}, True),  # Equal by default
+    ({"key": "a", "value": "y"}, {"key": "a", "value": "x", "effect": "NoSchedule"}, False),
+    ({"key": "a"}, {"key": "a", "effect": "NoSchedule"}, True),  # empty value equals empty value
+    ({"key": "b", "operator": "Exists"}, {"key": "a", "effect": "NoSchedule"}, False),
+    ({"value": "x"}, {"key": "a", "value": "x", "effect": "NoSchedule"}, False),  # no key: only Exists matches all
+    ({"key": "a", "operator": "Lt", "value": "x"}, {"key": "a", "value": "x", "effect": "NoSchedule"}, False),
+])
+def test_the_drain_and_the_scheduler_tolerate_by_one_rule(toleration: dict[str, Any], taint: dict[str, Any],
+                                                           expected: bool) -> None:
+    from controller.api import models
+    from controller.api.taints import Taint
+    from controller.scheduling import types as scheduling_types
+    from controller.scheduling.pod import Toleration
+
+    assert models.Taint is scheduling_types.Taint is Taint  # one type
+    assert D.tolerates([toleration], taint) is expected
+    typed = Toleration(**{k: v for k, v in toleration.items()})
+    assert Taint.from_dict(taint).tolerated_by((typed,)) is expected
+    assert scheduling_types.untolerated([Taint.from_dict(taint)], (typed,)) == (
+        None if expected else Taint.from_dict(taint))
+    assert Taint.from_dict(taint).to_dict() == {k: v for k, v in taint.items() if v}
