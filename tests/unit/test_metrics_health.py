@@ -229,7 +229,7 @@ def test_a_nodeclaim_the_lifecycle_deletes_is_counted_terminated_only_when_its_f
     w.lifecycle.reconcile(name)  # ICE: deleted
     assert w.kube.get(R.NODECLAIMS, name)["metadata"].get("deletionTimestamp")
     assert _value("karpenter_nodeclaims_terminated_total", **labels) == before  # not yet: the finalizer is there
-    terminator = Terminator(w.kube, w.kube.cluster, w.cloud, w.recorder)  # type: ignore[arg-type]
+    terminator = Terminator(w.kube, w.kube.cluster, w.cloud, w.recorder)
     terminator.reconcile_nodeclaim(name)
     assert ("nodeclaims", "", name) not in w.kube.objects
     assert _value("karpenter_nodeclaims_terminated_total", **labels) == before + 1
@@ -242,7 +242,7 @@ def test_nodepool_usage_and_limit_series_go_when_the_resource_or_the_pool_does()
     w = _world(limits={"cpu": "100", "memory": "1Ti"}, pools=("gauged",))
     w.kube.add(R.NODECLAIMS, {"metadata": {"name": "c1", "labels": {"karpenter.sh/nodepool": "gauged"}},
                               "spec": {}, "status": {"capacity": {"cpu": "4", "nvidia.com/gpu": "1"}}})
-    ctl = NodePoolStatusController(w.kube.cluster, w.kube)  # type: ignore[arg-type]
+    ctl = NodePoolStatusController(w.kube.cluster, w.kube)
     ctl.reconcile("gauged")
     assert _value("karpenter_nodepools_usage", nodepool="gauged", resource_type="cpu") == 4000
     assert M.REGISTRY.get_sample_value("karpenter_nodepools_usage",
@@ -273,9 +273,9 @@ def test_cloud_provider_calls_are_timed_and_their_errors_counted_with_karpenters
 
     w = _world()
     w.cloud.ice = True
-    w.cloud.get = lambda pid: (_ for _ in ()).throw(NodeClaimNotFoundError(pid))  # type: ignore[attr-defined]
-    w.cloud.list = lambda: []  # type: ignore[attr-defined]
-    w.cloud.delete = lambda pid: None  # type: ignore[attr-defined]
+    w.cloud.get = lambda pid: (_ for _ in ()).throw(NodeClaimNotFoundError(pid))
+    w.cloud.list = lambda: []
+    w.cloud.delete = lambda pid: None
     metered = M.MeteredCloudProvider(w.cloud, "fake")
     w.lifecycle.cloud = metered
     w.prov.cloud = metered

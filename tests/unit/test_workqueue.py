@@ -198,13 +198,13 @@ def test_the_lease_is_released_only_after_the_leaders_workers_have_stopped():
         def release(self) -> None:
             events.append("lease released")
 
-    rt = Runtime(cluster=None)  # type: ignore[arg-type]
+    rt = Runtime(cluster=None)
     c = Controller("nodeclaim.lifecycle", reconcile, workers=2)
     rt.threads.extend(c.start(rt.lead_stop))
     c.queue.add("c1")
     assert started.wait(2)
     began = time.monotonic()
-    assert stop_leading(rt, Elector(), timeout=5) == []  # type: ignore[arg-type]
+    assert stop_leading(rt, Elector(), timeout=5) == []
     assert events == ["reconcile finished", "lease released"]
     assert time.monotonic() - began < 2
 
@@ -214,7 +214,7 @@ def test_a_worker_that_will_not_stop_does_not_hold_the_release_past_the_timeout(
 
     released: list[float] = []
     hang = threading.Event()
-    rt = Runtime(cluster=None)  # type: ignore[arg-type]
+    rt = Runtime(cluster=None)
     rt.threads.append(threading.Thread(target=hang.wait, name="interruption", daemon=True))
     rt.threads[0].start()
 
@@ -224,7 +224,7 @@ def test_a_worker_that_will_not_stop_does_not_hold_the_release_past_the_timeout(
 
     began = time.monotonic()
     try:
-        assert stop_leading(rt, Elector(), timeout=0.3) == ["interruption"]  # type: ignore[arg-type]
+        assert stop_leading(rt, Elector(), timeout=0.3) == ["interruption"]
     finally:
         hang.set()
     assert len(released) == 1 and released[0] - began < 1.0
