@@ -333,6 +333,20 @@ def stop_leading(rt: Runtime, elector: LeaderElector | None, timeout: float = SH
     return alive
 
 
+def state_tick(cluster: Cluster, synced_at: float, now: float) -> float:
+    """One update of karpenter_cluster_state_synced, _unsynced_time_seconds (how long state has been unsynced, 0
+    while synced, as Karpenter reports it) and _node_count; returns when state was last seen synced."""
+    from controller import metrics as M
+
+    synced = cluster.synced()
+    if synced:
+        synced_at = now
+    M.CLUSTER_STATE_SYNCED.set(1 if synced else 0)
+    M.CLUSTER_STATE_UNSYNCED_TIME.set(now - synced_at)
+    M.CLUSTER_STATE_NODE_COUNT.set(len(cluster.nodes()))
+    return synced_at
+
+
 def _observe_state(cluster: Cluster, stop: threading.Event) -> None:
     """Keep the cluster-state gauges current (synced, unsynced time, node count)."""
     from controller import metrics as M
@@ -341,13 +355,7 @@ def _observe_state(cluster: Cluster, stop: threading.Event) -> None:
         ticks = 0
         synced_at = time.monotonic()
         while not stop.wait(1.0):
-            synced = cluster.synced()
-            if synced:
-                synced_at = time.monotonic()
-            M.CLUSTER_STATE_SYNCED.set(1 if synced else 0)
-            # Karpenter: how long state has been unsynced, 0 while synced
-            M.CLUSTER_STATE_UNSYNCED_TIME.set(time.monotonic() - synced_at)
-            M.CLUSTER_STATE_NODE_COUNT.set(len(cluster.nodes()))
+            synced_at = state_tick(cluster, synced_at, time.monotonic())
             ticks += 1
             if ticks % 10 == 1:
                 _pod_states(cluster, M.PODS_STATE)

@@ -335,3 +335,24 @@ def test_the_provisioner_sets_pod_counts_and_decision_and_bound_durations():
     assert created == "2023-11-14T22:13:20Z"  # 12 s from creation to PodScheduled
     w.prov.on_pod("MODIFIED", bound_pod, bound_pod)  # already bound: not observed again
     assert _value("karpenter_pods_bound_duration_seconds_count") == bound + 1
+
+
+def test_cluster_state_gauges_say_how_long_state_has_been_unsynced():
+    from controller.main import state_tick
+    from tests.unit.kubefake import FakeKube
+
+    kube = FakeKube()
+    cluster = kube.cluster
+    kube.add(R.NODES, {"metadata": {"name": "n1"}, "spec": {}})
+    at = state_tick(cluster, 0.0, 100.0)
+    assert at == 100.0
+    assert (_value("karpenter_cluster_state_synced"), _value("karpenter_cluster_state_unsynced_time_seconds"),
+            _value("karpenter_cluster_state_node_count")) == (1, 0, 1)
+    cluster.mark_created("general-x")  # created here, not visible yet: unsynced
+    at = state_tick(cluster, at, 101.0)
+    at = state_tick(cluster, at, 103.5)
+    assert _value("karpenter_cluster_state_synced") == 0
+    assert _value("karpenter_cluster_state_unsynced_time_seconds") == 3.5
+    kube.add(R.NODECLAIMS, {"metadata": {"name": "general-x"}, "spec": {}})
+    state_tick(cluster, at, 104.0)
+    assert (_value("karpenter_cluster_state_synced"), _value("karpenter_cluster_state_unsynced_time_seconds")) == (1, 0)
