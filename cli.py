@@ -886,7 +886,7 @@ def controller(check_config: bool, **flags: str | None) -> None:
     import os
 
     from controller.logs import silence_libraries
-    from controller.settings import SettingsError, describe, load, value_text
+    from controller.settings import SettingsError, describe, load, log_sources
 
     silence_libraries()  # stderr stays ours: one line per warning or error, never a library's
     try:
@@ -908,11 +908,7 @@ def controller(check_config: bool, **flags: str | None) -> None:
     log = logging.getLogger("karpy")
     for line in warnings:
         log.warning(line)
-    for name, source in sources.items():
-        if source.startswith("configmap "):
-            log.info("using setting from ConfigMap", extra={
-                "setting": name, "value": value_text(settings, name),
-                "ConfigMap": {"name": source.removeprefix("configmap "), "namespace": settings.system_namespace}})
+    log_sources(log, settings, sources)  # which source won, where a legacy ConfigMap had a say
     try:
         from controller.main import run
     except ImportError as e:

@@ -25,6 +25,7 @@ from controller.kube.events import Recorder
 from controller.kube.informer import Informer
 from controller.kube.leaderelection import LeaderElector
 from controller.kube.workqueue import Controller
+from controller.metrics import MeteredCloudProvider
 from controller.settings import Settings
 from controller.state.cluster import Cluster, provider_id
 
@@ -71,7 +72,7 @@ def build_cloud(settings: Settings, client: KubeClient) -> tuple[CloudProvider, 
     if settings.cloud_provider == "fake":
         from controller.cloud.fake.provider import FakeCloudProvider
 
-        return FakeCloudProvider(), None
+        return MeteredCloudProvider(FakeCloudProvider(), "fake"), None
     from controller.catalog.snapshot import load_prices
     from controller.cloud.aws.clients import make_clients
     from controller.cloud.aws.instancetypes import InstanceTypeProvider
@@ -89,7 +90,7 @@ def build_cloud(settings: Settings, client: KubeClient) -> tuple[CloudProvider, 
     provider = AWSCloudProvider(cluster=_cluster_info(settings, client, clients), region=region,
                                 k8s_version=client.server_version(), ec2=clients.ec2, ssm=clients.ssm,
                                 iam=clients.iam, instance_types=types)
-    return provider, clients
+    return MeteredCloudProvider(provider, "aws"), clients
 
 
 def _identity() -> str:
@@ -115,20 +116,26 @@ def wire(settings: Settings, client: KubeClient, cloud: CloudProvider, aws: Any,
     lifecycle = LifecycleController(cluster, client, cloud, recorder, on_deleted=provisioner.trigger)
     terminator = Terminator(client, cluster, cloud, recorder)
     nodepools = NodePoolStatusController(cluster, client)
-    c_lifecycle = Controller("nodeclaim.lifecycle", lifecycle.reconcile, workers=4)
-    c_claim_term = Controller("nodeclaim.termination", terminator.reconcile_nodeclaim, workers=4)
-    c_node_term = Controller("node.termination", terminator.reconcile_node, workers=4)
-    c_nodepool = Controller("nodepool.status", nodepools.reconcile, workers=1)
+    c_lifecycle = Controller("nodeclaim.lifecycle", lifecycle.reconcile, workers=4, recorder=recorder,
+                             lookup=cluster.nodeclaim)
+    c_claim_term = Controller("nodeclaim.termination", terminator.reconcile_nodeclaim, workers=4, recorder=recorder,
+                              lookup=cluster.nodeclaim)
+    c_node_term = Controller("node.termination", terminator.reconcile_node, workers=4, recorder=recorder,
+                             lookup=cluster.node)
+    c_nodepool = Controller("nodepool.status", nodepools.reconcile, workers=1, recorder=recorder,
+                            lookup=cluster.nodepool)
     rt.controllers = [c_lifecycle, c_claim_term, c_node_term, c_nodepool]
     if aws is not None:
         from controller.nodeclass.status import NodeClassController
 
         nodeclasses = NodeClassController(cluster=cluster, client=client, provider=cloud, recorder=recorder)
-        c_nodeclass = Controller("nodeclass.status", nodeclasses.reconcile, workers=1)
+        c_nodeclass = Controller("nodeclass.status", nodeclasses.reconcile, workers=1, recorder=recorder,
+                                 lookup=cluster.nodeclass)
     else:
         from controller.cloud.fake.nodeclass import FakeNodeClassController
 
-        c_nodeclass = Controller("nodeclass.status", FakeNodeClassController(cluster, client).reconcile, workers=1)
+        c_nodeclass = Controller("nodeclass.status", FakeNodeClassController(cluster, client).reconcile, workers=1,
+                                 recorder=recorder, lookup=cluster.nodeclass)
     rt.controllers.append(c_nodeclass)
 
     def on_nodeclaim(event: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
@@ -144,6 +151,8 @@ def wire(settings: Settings, client: KubeClient, cloud: CloudProvider, aws: Any,
                 c_nodeclass.queue.add(str(ref))
         elif obj["metadata"].get("deletionTimestamp"):
             c_claim_term.queue.add(name)
+            if old is None or not old["metadata"].get("deletionTimestamp"):
+                provisioner.trigger()  # its node's pods are rescheduled now, while it drains
         else:
             c_lifecycle.queue.add(name)
         pool = (obj["metadata"].get("labels") or {}).get(L.NODEPOOL)
@@ -159,6 +168,8 @@ def wire(settings: Settings, client: KubeClient, cloud: CloudProvider, aws: Any,
             return
         if obj["metadata"].get("deletionTimestamp"):
             c_node_term.queue.add(obj["metadata"]["name"])
+        if _going_away(obj) and (old is None or not _going_away(old)):
+            provisioner.trigger()  # its pods are rescheduled now, while it drains
         claim = cluster.nodeclaim_for_provider_id(provider_id(obj))
         if claim is not None:
             if claim["metadata"].get("deletionTimestamp"):
@@ -168,9 +179,10 @@ def wire(settings: Settings, client: KubeClient, cloud: CloudProvider, aws: Any,
 
     def on_nodepool(event: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
         obj = new if new is not None else old
-        if obj is not None and event != "DELETED":
-            c_nodepool.queue.add(obj["metadata"]["name"])
-            provisioner.trigger()
+        if obj is not None:
+            c_nodepool.queue.add(obj["metadata"]["name"])  # a deleted pool's gauges are cleared there
+            if event != "DELETED":
+                provisioner.trigger()
 
     def on_nodeclass(event: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
         obj = new if new is not None else old
@@ -226,6 +238,13 @@ def wire(settings: Settings, client: KubeClient, cloud: CloudProvider, aws: Any,
                 rt.threads.append(_thread("interruption", interruption.run, rt.lead_stop))
 
     return rt, start_leading
+
+
+def _going_away(node: dict[str, Any]) -> bool:
+    """A Node deleted or tainted karpenter.sh/disrupted."""
+    return bool(node["metadata"].get("deletionTimestamp")) or any(
+        isinstance(t, dict) and t.get("key") == L.DISRUPTED_TAINT_KEY for t in (node.get("spec") or {}).get("taints")
+        or [])
 
 
 def _replay(informer: Informer, handler: Callable[[str, dict[str, Any] | None, dict[str, Any] | None], None]) -> None:
@@ -288,27 +307,55 @@ def run(settings: Settings, sources: dict[str, str] | None = None) -> int:
     if elector is None:
         start_leading()
         stop.wait()
-        rt.lead_stop.set()
     else:
-        elector.run(stop, on_started=start_leading, on_stopped=stopped_leading)
-        rt.lead_stop.set()
-    deadline = time.monotonic() + SHUTDOWN_SECONDS
-    for t in rt.threads:
-        t.join(max(0.0, deadline - time.monotonic()))
+        elector.run(stop, on_started=start_leading, on_stopped=stopped_leading, release=False)
+    stop_leading(rt, elector)
     servers.stop()
     log.info("stopped", extra={"controller": "controller"})
     return exit_code[0]
 
 
+def stop_leading(rt: Runtime, elector: LeaderElector | None, timeout: float = SHUTDOWN_SECONDS) -> list[str]:
+    """Stop the leader's work, wait (up to timeout) for its threads to finish their pass, and only then release the
+    Lease, so a standby never leads while this process still writes. Returns the threads still running at the
+    release (they do not stop a release: the process exits right after, and a Lease left to expire would cost the
+    standby 15 s)."""
+    rt.lead_stop.set()
+    deadline = time.monotonic() + timeout
+    for t in rt.threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    alive = [t.name for t in rt.threads if t.is_alive()]
+    if alive:
+        log.warning("threads still running at shutdown", extra={"controller": "controller",
+                                                               "threads": ", ".join(alive[:10])})
+    if elector is not None:
+        elector.release()  # a no-op unless this process holds the Lease
+    return alive
+
+
+def state_tick(cluster: Cluster, synced_at: float, now: float) -> float:
+    """One update of karpenter_cluster_state_synced, _unsynced_time_seconds (how long state has been unsynced, 0
+    while synced, as Karpenter reports it) and _node_count; returns when state was last seen synced."""
+    from controller import metrics as M
+
+    synced = cluster.synced()
+    if synced:
+        synced_at = now
+    M.CLUSTER_STATE_SYNCED.set(1 if synced else 0)
+    M.CLUSTER_STATE_UNSYNCED_TIME.set(now - synced_at)
+    M.CLUSTER_STATE_NODE_COUNT.set(len(cluster.nodes()))
+    return synced_at
+
+
 def _observe_state(cluster: Cluster, stop: threading.Event) -> None:
-    """Keep the cluster-state gauges current (synced, node count)."""
+    """Keep the cluster-state gauges current (synced, unsynced time, node count)."""
     from controller import metrics as M
 
     def loop(stop: threading.Event) -> None:
         ticks = 0
+        synced_at = time.monotonic()
         while not stop.wait(1.0):
-            M.CLUSTER_STATE_SYNCED.set(1 if cluster.synced() else 0)
-            M.CLUSTER_STATE_NODE_COUNT.set(len(cluster.nodes()))
+            synced_at = state_tick(cluster, synced_at, time.monotonic())
             ticks += 1
             if ticks % 10 == 1:
                 _pod_states(cluster, M.PODS_STATE)

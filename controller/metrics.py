@@ -11,15 +11,21 @@ bounded sets: pass free text through `bounded`.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import platform
+import re
 import sys
+import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from importlib import metadata
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import prometheus_client
 from prometheus_client import CollectorRegistry
+
+if TYPE_CHECKING:  # the provider imports the scheduler; metrics stays light for every importer
+    from controller.cloud.provider import LaunchedNode, LaunchRequest, NodeClass
 
 # Karpenter's exposition has no `<name>_created` series
 prometheus_client.disable_created_metrics()
@@ -179,11 +185,8 @@ SCHEDULING_DURATION = Histogram(
 SCHEDULER_QUEUE_DEPTH = Gauge(
     "karpenter_scheduler_queue_depth", "The number of pods currently waiting to be scheduled.",
     ["controller", "scheduling_id"], registry=REGISTRY)
-SCHEDULER_UNFINISHED_WORK = Gauge(
-    "karpenter_scheduler_unfinished_work_seconds",
-    "How many seconds of work has been done that is in progress and hasn't been observed by "
-    "scheduling_duration_seconds.",
-    ["controller", "scheduling_id"], registry=REGISTRY)
+# karpenter_scheduler_unfinished_work_seconds is not exported: a pass here is one synchronous solve, so no scrape can
+# see work in progress that scheduling_duration_seconds has not observed yet
 UNSCHEDULABLE_PODS = Gauge(
     "karpenter_scheduler_unschedulable_pods_count", "The number of unschedulable Pods.", ["controller"],
     registry=REGISTRY)
@@ -279,3 +282,68 @@ def measure(histogram: Histogram | Summary, **labels: str) -> Iterator[None]:
     finally:
         target = histogram.labels(**labels) if labels else histogram
         target.observe(time.perf_counter() - start)
+
+
+# ---- the cloud provider, metered (Karpenter's cloudprovider/metrics decorator) ---------------------------------------
+_CONTROLLER: contextvars.ContextVar[str] = contextvars.ContextVar("karpy_controller", default="")
+_WORKER_SUFFIX = re.compile(r"-\d+$")
+
+
+@contextlib.contextmanager
+def controller_context(name: str) -> Iterator[None]:
+    """Calls made in the block are labelled controller=name (Karpenter takes it from the reconcile's context)."""
+    token = _CONTROLLER.set(name)
+    try:
+        yield
+    finally:
+        _CONTROLLER.reset(token)
+
+
+def controller_name() -> str:
+    """The controller making the current call: the context's, else the thread's name without a worker number."""
+    return _CONTROLLER.get() or _WORKER_SUFFIX.sub("", threading.current_thread().name)
+
+
+class MeteredCloudProvider:
+    """A CloudProvider whose Create, Delete, Get, List and GetInstanceTypes are timed into
+    karpenter_cloudprovider_duration_seconds and whose errors are counted in karpenter_cloudprovider_errors_total,
+    labelled by controller, method and provider ("aws", "fake"); everything else is the wrapped provider's."""
+
+    def __init__(self, inner: Any, provider: str) -> None:
+        self.inner = inner
+        self.provider = provider
+
+    def _call(self, method: str, fn: Callable[..., Any], *args: Any) -> Any:
+        labels = {"controller": controller_name(), "method": method, "provider": self.provider}
+        start = time.perf_counter()
+        try:
+            return fn(*args)
+        except Exception as e:
+            CLOUDPROVIDER_ERRORS.labels(**labels, error=bounded(type(e).__name__, CLOUDPROVIDER_ERROR_TYPES, "")).inc()
+            raise
+        finally:
+            CLOUDPROVIDER_DURATION.labels(**labels).observe(time.perf_counter() - start)
+
+    def create(self, request: LaunchRequest, nodeclass: NodeClass) -> LaunchedNode:
+        """CloudProvider.create, metered."""
+        launched: LaunchedNode = self._call("Create", self.inner.create, request, nodeclass)
+        return launched
+
+    def delete(self, provider_id: str) -> None:
+        """CloudProvider.delete, metered."""
+        self._call("Delete", self.inner.delete, provider_id)
+
+    def get(self, provider_id: str) -> Any:
+        """CloudProvider.get, metered."""
+        return self._call("Get", self.inner.get, provider_id)
+
+    def list(self) -> Any:
+        """CloudProvider.list, metered."""
+        return self._call("List", self.inner.list)
+
+    def get_instance_types(self, nodeclass: NodeClass) -> Any:
+        """CloudProvider.get_instance_types, metered."""
+        return self._call("GetInstanceTypes", self.inner.get_instance_types, nodeclass)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)

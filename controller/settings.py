@@ -632,6 +632,32 @@ def _aws_config_region(env: Mapping[str, str]) -> str | None:
     return region.strip() if region and region.strip() else None
 
 
+class Sources(dict[str, str]):
+    """Where each setting came from, by env name; `overridden` maps the settings a flag or env took over a legacy
+    ConfigMap's value to that ConfigMap's source ("configmap karpenter-global-settings"), so the log can say which
+    source won."""
+
+    def __init__(self, items: Mapping[str, str], overridden: Mapping[str, str] | None = None) -> None:
+        super().__init__(items)
+        self.overridden = dict(overridden or {})
+
+
+def log_sources(log: Any, settings: Settings, sources: Mapping[str, str]) -> None:
+    """One info line per setting a legacy ConfigMap decided, and one per setting where env or a flag won over the
+    ConfigMap's value (naming both), as the issue asks: the log says which source won."""
+    overridden: Mapping[str, str] = getattr(sources, "overridden", {})
+    for name, source in sources.items():
+        if source.startswith("configmap "):
+            log.info("using setting from ConfigMap", extra={
+                "setting": name, "value": value_text(settings, name),
+                "ConfigMap": {"name": source.removeprefix("configmap "), "namespace": settings.system_namespace}})
+        elif name in overridden:
+            log.info("using setting from %s over ConfigMap", source, extra={
+                "setting": name, "value": value_text(settings, name), "source": source,
+                "ConfigMap": {"name": overridden[name].removeprefix("configmap "),
+                              "namespace": settings.system_namespace}})
+
+
 def resolve(env: Mapping[str, str], flags: Mapping[str, str | None],
             configmaps: LegacyConfig | None) -> tuple[Settings, dict[str, str]]:
     """The settings and, for each setting's env name, where its value came from ("flag", "env",
@@ -640,6 +666,7 @@ def resolve(env: Mapping[str, str], flags: Mapping[str, str | None],
     legacy = configmaps or LegacyConfig()
     kwargs: dict[str, Any] = {}
     sources: dict[str, str] = {}
+    overridden: dict[str, str] = {}
     for spec in SPECS:
         if spec.name == "FEATURE_GATES":
             continue
@@ -651,8 +678,11 @@ def resolve(env: Mapping[str, str], flags: Mapping[str, str | None],
                 break
         if raw is None and spec.name == "AWS_REGION" and _given(env, "AWS_DEFAULT_REGION") is not None:
             raw, source = _given(env, "AWS_DEFAULT_REGION"), ENV
-        if raw is None and spec.name in legacy.values:
-            raw, source = legacy.values[spec.name], legacy.origins.get(spec.name, FROM_GLOBAL_SETTINGS)
+        if spec.name in legacy.values:
+            if raw is None:
+                raw, source = legacy.values[spec.name], legacy.origins.get(spec.name, FROM_GLOBAL_SETTINGS)
+            else:
+                overridden[spec.name] = legacy.origins.get(spec.name, FROM_GLOBAL_SETTINGS)
         if raw is None:
             if spec.name == "CLUSTER_NAME":
                 raise SettingsError(spec.name, f"missing CLUSTER_NAME: set the CLUSTER_NAME environment variable or "
@@ -674,7 +704,9 @@ def resolve(env: Mapping[str, str], flags: Mapping[str, str | None],
     if kwargs["leader_election_namespace"] is None:
         kwargs["leader_election_namespace"] = kwargs["system_namespace"]
     kwargs["feature_gates"], sources["FEATURE_GATES"] = _resolve_gates(env, flags, legacy)
-    return Settings(**kwargs), {s.name: sources[s.name] for s in SPECS}
+    if legacy.feature_gates and sources["FEATURE_GATES"] in (ENV, FLAG):
+        overridden["FEATURE_GATES"] = FROM_GLOBAL_SETTINGS
+    return Settings(**kwargs), Sources({s.name: sources[s.name] for s in SPECS}, overridden)
 
 
 def _resolve_gates(env: Mapping[str, str], flags: Mapping[str, str | None],

@@ -14,6 +14,7 @@ from controller.api.documents import Document
 from controller.api.kinds import KINDS
 from controller.api.quantity import resources_from_dict
 from controller.api.schema import apply_defaults
+from controller.api.taints import Taint
 from controller.api.validation import InvalidDocument, validate_document
 
 
@@ -25,15 +26,6 @@ class NodeSelectorRequirementWithMinValues:
     operator: str
     values: list[str] = field(default_factory=list)
     min_values: int | None = None
-
-
-@dataclass(frozen=True)
-class Taint:
-    """A taint on the nodes."""
-
-    key: str
-    effect: str
-    value: str = ""
 
 
 @dataclass(frozen=True)
@@ -81,7 +73,7 @@ def _reqs(items: list[dict[str, Any]]) -> list[NodeSelectorRequirementWithMinVal
 
 
 def _taints(items: list[dict[str, Any]] | None) -> list[Taint]:
-    return [Taint(t["key"], t["effect"], str(t.get("value") or "")) for t in items or []]
+    return [Taint.from_dict(t) for t in items or []]
 
 
 def _conditions(status: dict[str, Any]) -> list[Condition]:

@@ -96,8 +96,11 @@ class LeaderElector:
         except KubeError as e:
             log.warning("releasing the leader lease failed", extra={"error": str(e)[:200]})
 
-    def run(self, stop: threading.Event, on_started: Callable[[], None], on_stopped: Callable[[], None]) -> None:
-        """Campaign until stop; lead while holding the Lease; release it when stopping as leader."""
+    def run(self, stop: threading.Event, on_started: Callable[[], None], on_stopped: Callable[[], None],
+            release: bool = True) -> None:
+        """Campaign until stop; lead while holding the Lease; release it when stopping as leader (or, with
+        release=False, leave that to the caller, who first waits for the leader's work to stop: a release before
+        then lets a standby lead while this process still writes)."""
         log.info("attempting to acquire leader lease", extra={"lease": f"{self.namespace}/{self.name}"})
         while not stop.is_set():
             if self.try_acquire_or_renew():
@@ -119,4 +122,5 @@ class LeaderElector:
                 return
         self._leader.clear()
         on_stopped()
-        self.release()
+        if release:
+            self.release()

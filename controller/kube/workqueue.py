@@ -13,10 +13,14 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, Protocol
 
-from controller.kube.errors import ConflictError, is_temporary
+from controller.kube.errors import ConflictError, is_permanent, is_temporary, reason_of
+from controller.metrics import controller_context
 
 log = logging.getLogger("karpy.controller")
+PERMANENT_RETRY = 300.0  # seconds before a permanent error is tried again (unless the object changes first)
+CONFLICT_REREADS = 5  # conflicts in a row re-read at once before they back off
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,12 @@ class WorkQueue:
         with self._cond:
             return self._failures.get(key, 0)
 
+    def add_now(self, key: str) -> None:
+        """Queue key at once, counting it as a failure (so a caller can back off after a few)."""
+        with self._cond:
+            self._failures[key] = self._failures.get(key, 0) + 1
+        self.add(key)
+
     def forget(self, key: str) -> None:
         """Reset key's backoff."""
         with self._cond:
@@ -138,31 +148,68 @@ class WorkQueue:
             return len(self._queue) + len(self._delayed)
 
 
+class EventPublisher(Protocol):
+    """The part of events.Recorder a Controller uses."""
+
+    def publish(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None:
+        """Publish one Event about obj."""
+
+
 class Controller:
-    """A named reconciler run by worker threads over a WorkQueue; never a hot loop, never a dead thread."""
+    """A named reconciler run by worker threads over a WorkQueue; never a hot loop, never a dead thread.
+
+    Errors follow Karpenter's habits: a conflict (someone else wrote first) is re-read at once, a few times before it
+    backs off; a temporary error (throttling, 5xx, no connection) and an unknown one back off exponentially; a
+    permanent one (invalid, forbidden) publishes a Warning Event on the object, with the error's reason, and is
+    retried only after PERMANENT_RETRY (or when the object changes and its informer queues it again)."""
 
     def __init__(self, name: str, reconcile: Callable[[str], Result | None], workers: int = 1,
-                 queue: WorkQueue | None = None) -> None:
+                 queue: WorkQueue | None = None, recorder: EventPublisher | None = None,
+                 lookup: Callable[[str], dict[str, Any] | None] | None = None) -> None:
         self.name = name
         self.reconcile = reconcile
         self.workers = workers
         self.queue = queue or WorkQueue(name)
+        self.recorder = recorder
+        self.lookup = lookup  # key -> the object, for the Event of a permanent error
 
     def process_one(self, key: str) -> None:
         """Reconcile key once and queue what the outcome asks for."""
         try:
-            result = self.reconcile(key)
+            with controller_context(self.name):  # the controller label of the cloud calls it makes
+                result = self.reconcile(key)
         except ConflictError:
-            self.queue.add_rate_limited(key)  # someone else wrote first: re-read and retry
+            # someone else wrote first: read again now, unless it keeps happening
+            if self.queue.failures(key) < CONFLICT_REREADS:
+                self.queue.add_now(key)
+            else:
+                self.queue.add_rate_limited(key)
         except Exception as e:
-            level = logging.INFO if is_temporary(e) else logging.ERROR
-            log.log(level, "reconciler error", exc_info=level == logging.ERROR and not is_temporary(e),
+            if is_permanent(e):
+                log.error("reconciler error", extra={"controller": self.name, "key": key, "error": str(e)[:300],
+                                                     "permanent": True})
+                self._publish(key, e)
+                self.queue.add_after(key, PERMANENT_RETRY)
+                return
+            temporary = is_temporary(e)
+            log.log(logging.INFO if temporary else logging.ERROR, "reconciler error", exc_info=not temporary,
                     extra={"controller": self.name, "key": key, "error": str(e)[:300]})
             self.queue.add_rate_limited(key)
         else:
             self.queue.forget(key)
             if result is not None and result.requeue_after is not None:
                 self.queue.add_after(key, result.requeue_after)
+
+    def _publish(self, key: str, e: BaseException) -> None:
+        """A Warning Event on the object the permanent error is about (best effort)."""
+        if self.recorder is None or self.lookup is None:
+            return
+        try:
+            obj = self.lookup(key)
+        except Exception:  # an Event is never worth a second failure
+            return
+        if obj is not None:
+            self.recorder.publish(obj, "Warning", reason_of(e), f"{self.name}: {str(e)[:400]}")
 
     def _work(self, stop: threading.Event) -> None:
         while not stop.is_set():

@@ -17,6 +17,7 @@ from typing import Any
 from controller import metrics as M
 from controller.api import conditions as C
 from controller.api import labels as L
+from controller.api.nodeclasshash import hash_annotations
 from controller.api.quantity import QuantityError, resources_from_dict
 from controller.cloud.errors import InsufficientCapacityError, NodeClassNotReadyError
 from controller.cloud.provider import CloudProvider, LaunchedNode, LaunchRequest, NodeClass
@@ -115,21 +116,31 @@ class LifecycleController:
             self.client.delete(R.NODECLAIMS, name, uid=claim["metadata"].get("uid"))
         except NotFoundError:
             return
+        # karpenter_nodeclaims_terminated_total is counted once, by the Terminator when the finalizer goes
         log.info("deleted nodeclaim", extra={**_ref(claim), "reason": reason, "controller": "nodeclaim.lifecycle"})
-        labels = claim["metadata"].get("labels") or {}
-        M.NODECLAIMS_TERMINATED.labels(nodepool=labels.get(L.NODEPOOL, ""),
-                                       capacity_type=labels.get(L.CAPACITY_TYPE, ""),
-                                       zone=labels.get(L.ZONE, "")).inc()
         self.on_deleted()
 
-    def _age(self, claim: dict[str, Any]) -> float:
-        created = C.parse_time(claim["metadata"].get("creationTimestamp"))
-        return 0.0 if created is None else self.clock() - created
+    def _since(self, claim: dict[str, Any], type_: str) -> float:
+        """Seconds since the condition's lastTransitionTime. Karpenter's conditions start Unknown when the NodeClaim
+        is created, so a condition not written yet counts from the creationTimestamp."""
+        at = C.parse_time((C.get(claim.get("status"), type_) or {}).get("lastTransitionTime"))
+        if at is None:
+            at = C.parse_time(claim["metadata"].get("creationTimestamp"))
+        return 0.0 if at is None else self.clock() - at
+
+    def _unknown_since_creation(self, claim: dict[str, Any], type_: str, reason: str, message: str) -> bool:
+        """Set a condition Unknown (whether it changed); one not there yet is stamped with the creationTimestamp (it
+        has been Unknown since then, as in Karpenter), so liveness measures from creation."""
+        status = claim["status"]
+        created = None if C.get(status, type_) is not None else C.parse_time(
+            claim["metadata"].get("creationTimestamp"))
+        return C.set_condition(status, type_, None, reason, message, now=created)
 
     def _launch(self, claim: dict[str, Any]) -> Result:
         name = claim["metadata"]["name"]
         status = claim["status"]
-        if self._age(claim) > LAUNCH_TIMEOUT:
+        # liveness.go: not Launched 5 min after Launched's last transition (Unknown since creation) -> deleted
+        if self._since(claim, "Launched") > LAUNCH_TIMEOUT:
             log.info("nodeclaim did not launch in time", extra={**_ref(claim), "timeout": "5m"})
             self._delete(claim, "launch_timeout")
             return Result()
@@ -139,17 +150,14 @@ class LifecycleController:
 
         why = nodeclass_not_ready(nodeclass, str(ref))
         if why or nodeclass is None:
-            if C.set_condition(status, "Launched", None, "NodeClassNotReady", why):
+            if self._unknown_since_creation(claim, "Launched", "NodeClassNotReady", why):
                 self._write_status(claim)
             self.recorder.publish(claim, "Warning", "NodeClassNotReady", why)
             return Result(requeue_after=5.0)
         try:
-            with M.measure(M.CLOUDPROVIDER_DURATION, controller="nodeclaim.lifecycle", method="Create",
-                           provider="aws"):
-                launched = self.cloud.create(LaunchRequest.from_manifest(claim), NodeClass.from_manifest(nodeclass))
+            # timed and counted by metrics.MeteredCloudProvider
+            launched = self.cloud.create(LaunchRequest.from_manifest(claim), NodeClass.from_manifest(nodeclass))
         except InsufficientCapacityError as e:
-            M.CLOUDPROVIDER_ERRORS.labels(controller="nodeclaim.lifecycle", method="Create", provider="aws",
-                                          error="InsufficientCapacityError").inc()
             message = str(e)[:300]
             log.error("failed launching nodeclaim", extra={**_ref(claim), "error": message})
             self.recorder.publish(claim, "Warning", "InsufficientCapacityError",
@@ -157,43 +165,45 @@ class LifecycleController:
             self._delete(claim, "insufficient_capacity")
             return Result()
         except NodeClassNotReadyError as e:
-            C.set_condition(status, "Launched", None, "NodeClassNotReady", str(e)[:300])
+            self._unknown_since_creation(claim, "Launched", "NodeClassNotReady", str(e)[:300])
             self._write_status(claim)
             return Result(requeue_after=5.0)
         except Exception as e:
-            M.CLOUDPROVIDER_ERRORS.labels(controller="nodeclaim.lifecycle", method="Create", provider="aws",
-                                          error=M.bounded(type(e).__name__, M.CLOUDPROVIDER_ERROR_TYPES, "")).inc()
             if C.set_condition(status, "Launched", False, "LaunchFailed", str(e)[:300]):
                 self._write_status(claim)
             raise
         failpoint("lifecycle.after-create")  # a crash between CreateFleet and the status write
-        self._populate(claim, launched)
+        self._populate(claim, launched, nodeclass)
         log.info("launched nodeclaim", extra={
             **_ref(claim), "controller": "nodeclaim.lifecycle", "provider-id": launched.provider_id,
             "instance-type": launched.instance_type, "zone": launched.zone, "capacity-type": launched.capacity_type,
             "allocatable": resource_list(launched.allocatable)})
         return Result(requeue_after=0.0)
 
-    def _populate(self, claim: dict[str, Any], launched: LaunchedNode) -> None:
-        """Write what the launch produced: labels on the NodeClaim, then providerID, image, capacity, allocatable and
-        Launched in one status patch."""
+    def _populate(self, claim: dict[str, Any], launched: LaunchedNode, nodeclass: dict[str, Any]) -> None:
+        """Write what the launch produced: labels and the EC2NodeClass hash annotations (as the AWS provider's Create
+        stamps them) on the NodeClaim, then providerID, image, capacity, allocatable and Launched in one status
+        patch."""
         meta = claim["metadata"]
         labels = dict(meta.get("labels") or {})
         labels.update(launched.labels)
         labels.update({L.INSTANCE_TYPE: launched.instance_type, L.ZONE: launched.zone,
                        L.CAPACITY_TYPE: launched.capacity_type})
-        if labels != (meta.get("labels") or {}):
-            patched = self.client.patch(R.NODECLAIMS, meta["name"], {"metadata": {"labels": labels}})
+        annotations = {**(meta.get("annotations") or {}), **hash_annotations(nodeclass)}
+        if labels != (meta.get("labels") or {}) or annotations != (meta.get("annotations") or {}):
+            patched = self.client.patch(R.NODECLAIMS, meta["name"], {"metadata": {"labels": labels,
+                                                                                  "annotations": annotations}})
             self._wrote(claim)
             self._superseded[meta["name"]].add(str(patched["metadata"].get("resourceVersion")))
             meta["labels"] = labels
+            meta["annotations"] = annotations
         status = claim["status"]
         status.update({"providerID": launched.provider_id, "imageID": launched.image_id,
                        "capacity": resource_list(launched.capacity),
                        "allocatable": resource_list(launched.allocatable)})
         C.set_condition(status, "Launched", True, "Launched")
-        C.set_condition(status, "Registered", None, "AwaitingReconciliation", "node not registered yet")
-        C.set_condition(status, "Initialized", None, "AwaitingReconciliation", "node not initialized yet")
+        self._unknown_since_creation(claim, "Registered", "AwaitingReconciliation", "node not registered yet")
+        self._unknown_since_creation(claim, "Initialized", "AwaitingReconciliation", "node not initialized yet")
         C.set_condition(status, "Ready", False, "NotReady", "Registered and Initialized are not True")
         self._write_status(claim)
 
@@ -209,8 +219,8 @@ class LifecycleController:
         pid = provider_id(claim)
         node = self.cluster.node_for_provider_id(pid)
         if node is None:
-            launched_at = C.parse_time((C.get(status, "Launched") or {}).get("lastTransitionTime"))
-            if launched_at is not None and self.clock() - launched_at > REGISTRATION_TIMEOUT:
+            # liveness.go: not Registered 15 min after Registered's last transition (Unknown since creation)
+            if self._since(claim, "Registered") > REGISTRATION_TIMEOUT:
                 log.info("nodeclaim did not register in time", extra={**_ref(claim), "timeout": "15m"})
                 self._delete(claim, "registration_timeout")
                 return Result()

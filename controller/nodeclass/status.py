@@ -3,8 +3,9 @@ the instance profile into `status` with their conditions and Ready, refresh ever
 NodeClaims that use the class, then delete the instance profile karpy made and the class's launch templates.
 
 Launches read the resolved status (AWSCloudProvider.create), so EC2 and IAM are asked once a minute per class rather
-than once per launch. The `karpenter.k8s.aws/ec2nodeclass-hash` annotation is not written: controller.api has no
-EC2NodeClass hash function yet.
+than once per launch. As Karpenter's nodeclass hash controller, the class carries the `ec2nodeclass-hash` and
+`-hash-version` annotations of its current spec (controller.api.nodeclasshash), and when the hash version changes the
+NodeClaims of the class are re-stamped with the new hash instead of reading as drifted.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from controller.kube.client import KubeClient
 from controller.kube.errors import NotFoundError
 from controller.kube.events import Recorder
 from controller.kube.workqueue import Result
+from controller.nodeclass.hash import reconcile_hash
 from controller.state.cluster import Cluster
 
 log = logging.getLogger("karpy.nodeclass")
@@ -107,6 +109,7 @@ class NodeClassController:
                     "resourceVersion": meta.get("resourceVersion")}})
             except NotFoundError:
                 return Result()
+        nodeclass = reconcile_hash(self.client, self.cluster, nodeclass)
         return self._resolve_status(nodeclass)
 
     # ---- status ------------------------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ gauges."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 from typing import Any
@@ -29,6 +30,21 @@ class NodePoolStatusController:
     def __init__(self, cluster: Cluster, client: KubeClient) -> None:
         self.cluster = cluster
         self.client = client
+        # nodepool -> resource types its usage / limit gauges have series for, so the stale ones can be removed
+        self._usage_series: dict[str, set[str]] = {}
+        self._limit_series: dict[str, set[str]] = {}
+
+    @staticmethod
+    def _set_gauges(gauge: Any, series: dict[str, set[str]], pool: str, values: dict[str, int]) -> None:
+        """Set one series per resource and remove the pool's series for resources no longer there (a resource that
+        went to zero, a limit taken out, a pool deleted), as Karpenter's nodepool metrics controller does."""
+        for resource in series.pop(pool, set()) - set(values):
+            with contextlib.suppress(KeyError):
+                gauge.remove(resource, pool)
+        for resource, value in values.items():
+            gauge.labels(nodepool=pool, resource_type=resource).set(value)
+        if values:
+            series[pool] = set(values)
 
     def usage(self, name: str) -> tuple[dict[str, int], int]:
         """Capacity of the pool's launched NodeClaims, and how many NodeClaims it has."""
@@ -47,6 +63,8 @@ class NodePoolStatusController:
         """One pass over a NodePool."""
         current = self.cluster.nodepool(name)
         if current is None:
+            self._set_gauges(M.NODEPOOLS_USAGE, self._usage_series, name, {})
+            self._set_gauges(M.NODEPOOLS_LIMIT, self._limit_series, name, {})
             return Result()
         status = copy.deepcopy(current.get("status") or {})
         before = copy.deepcopy(status)
@@ -73,13 +91,11 @@ class NodePoolStatusController:
                 self.client.patch(R.NODEPOOLS, name, {"status": status}, subresource="status")
             except NotFoundError:
                 return Result()
-        for resource, value in resources.items():
-            M.NODEPOOLS_USAGE.labels(nodepool=name, resource_type=resource).set(value)
+        self._set_gauges(M.NODEPOOLS_USAGE, self._usage_series, name, {k: v for k, v in resources.items() if v})
         limits: dict[str, Any] = (current.get("spec") or {}).get("limits") or {}
         try:
             parsed = resources_from_dict(limits)
         except QuantityError:
             parsed = {}
-        for resource, value in parsed.items():
-            M.NODEPOOLS_LIMIT.labels(nodepool=name, resource_type=resource).set(value)
+        self._set_gauges(M.NODEPOOLS_LIMIT, self._limit_series, name, parsed)
         return Result(requeue_after=60.0)

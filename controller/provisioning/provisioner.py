@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from controller import metrics as M
+from controller.api import conditions as C
 from controller.api import labels as L
 from controller.api.quantity import QuantityError, resources_from_dict
 from controller.api.validation import spec_errors
@@ -34,7 +35,15 @@ from controller.scheduling.policies import solve
 from controller.scheduling.policies import without_preferences as without_preferences  # re-exported
 from controller.scheduling.scheduler import Plan
 from controller.scheduling.types import ExistingNode, SchedNodePool
-from controller.state.cluster import Cluster, is_terminal, is_true, provider_id
+from controller.state.cluster import (
+    Cluster,
+    condition,
+    is_mirror,
+    is_terminal,
+    is_true,
+    owned_by_daemonset,
+    provider_id,
+)
 
 log = logging.getLogger("karpy.provisioner")
 CREATE_WORKERS = 8
@@ -100,6 +109,9 @@ class Provisioner:
         self.clock = clock
         self._warmed: set[str] = set()  # node classes whose instance types the cloud provider has fetched
         self._pods: dict[tuple[str, str], Pod] = {}  # (uid, resourceVersion) -> converted pod, for bound pods
+        # pod uid -> when first seen provisionable, until its first scheduling decision (pods_scheduling_decision)
+        self._seen: dict[str, float] = {}
+        self._decided: set[str] = set()
 
     # ---- loop --------------------------------------------------------------------------------------------------
     def trigger(self) -> None:
@@ -107,11 +119,51 @@ class Provisioner:
         self.batcher.trigger()
 
     def on_pod(self, event: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
-        """Pod informer handler: a provisionable pod opens a batch."""
+        """Pod informer handler: a provisionable pod opens a batch; a pod seen unbound and now bound is observed in
+        karpenter_pods_bound_duration_seconds (creation to its PodScheduled transition), as Karpenter's pod metrics
+        controller does."""
         from controller.state.cluster import is_provisionable
 
-        if new is not None and event != "DELETED" and is_provisionable(new):
+        if event == "DELETED" or new is None:
+            uid = str(((old or {}).get("metadata") or {}).get("uid", ""))
+            self._seen.pop(uid, None)
+            self._decided.discard(uid)
+            return
+        if is_provisionable(new):
+            self._seen.setdefault(str(new["metadata"].get("uid", "")), time.time())
             self.trigger()
+        elif old is not None and not (old.get("spec") or {}).get("nodeName") and (new.get("spec") or {}).get(
+                "nodeName"):
+            scheduled = C.parse_time((condition(new, "PodScheduled") or {}).get("lastTransitionTime"))
+            created = C.parse_time(new["metadata"].get("creationTimestamp"))
+            if scheduled is not None and created is not None:
+                M.PODS_BOUND_DURATION.observe(max(0.0, scheduled - created))
+
+    def reschedulable_pods(self) -> list[dict[str, Any]]:
+        """Pods on nodes being deleted (the Node or its NodeClaim has a deletionTimestamp, or the Node carries
+        karpenter.sh/disrupted): Karpenter schedules them with the pending pods, so their replacement launches while
+        the old node drains. Terminal, terminating, DaemonSet and mirror pods stay where they are."""
+        out = []
+        for node in self.cluster.nodes():
+            if not self._node_deleting(node):
+                continue
+            for pod in self.cluster.pods_on_node(node["metadata"]["name"]):
+                if is_terminal(pod) or (pod.get("metadata") or {}).get("deletionTimestamp"):
+                    continue
+                if owned_by_daemonset(pod) or is_mirror(pod):
+                    continue
+                out.append(pod)
+        return out
+
+    def _node_deleting(self, node: dict[str, Any]) -> bool:
+        """Whether the Node is going away: deleted, its NodeClaim deleted, or tainted karpenter.sh/disrupted."""
+        if (node.get("metadata") or {}).get("deletionTimestamp"):
+            return True
+        if any(isinstance(t, dict) and t.get("key") == L.DISRUPTED_TAINT_KEY
+               for t in (node.get("spec") or {}).get("taints") or []):
+            return True
+        claim = self.cluster.nodeclaim_for_node(node)
+        return claim is not None and bool((claim.get("metadata") or {}).get("deletionTimestamp"))
 
     def run(self, stop: threading.Event) -> None:
         """Wait for batches and schedule them, until stop; only the leader schedules."""
@@ -126,7 +178,8 @@ class Provisioner:
                 self.trigger()
                 continue
             try:
-                self.schedule()
+                with M.controller_context("provisioner"):
+                    self.schedule()
             except Exception:
                 log.exception("provisioning failed", extra={"controller": "provisioner"})
                 stop.wait(1.0)
@@ -146,7 +199,8 @@ class Provisioner:
                     waiting = True
                     continue
                 try:
-                    self._instance_types(nodeclass)
+                    with M.controller_context("provisioner"):
+                        self._instance_types(nodeclass)
                 except Exception as e:  # the batch will try again and say why
                     log.debug("warming instance types failed", extra={"error": str(e)[:200]})
             if not waiting:
@@ -226,11 +280,9 @@ class Provisioner:
         registered: set[str] = set()
         for node in self.cluster.nodes():
             meta = node.get("metadata") or {}
-            if meta.get("deletionTimestamp"):
-                continue
+            if self._node_deleting(node):
+                continue  # not capacity: its pods are rescheduled with the pending ones
             claim = self.cluster.nodeclaim_for_node(node)
-            if claim is not None and (claim.get("metadata") or {}).get("deletionTimestamp"):
-                continue
             if provider_id(node):
                 registered.add(provider_id(node))
             pods = []
@@ -291,21 +343,29 @@ class Provisioner:
     def schedule(self) -> Results:
         """One scheduling pass over the provisionable pods."""
         started = time.perf_counter()
-        raw_pods = self.cluster.pending_pods()
+        pending = self.cluster.pending_pods()
+        # pending pods first, then those of deleting nodes; a pod is scheduled once whatever lists it
+        raw_by_key: dict[str, dict[str, Any]] = {}
+        for raw in [*pending, *self.reschedulable_pods()]:
+            raw_by_key.setdefault(key_of(raw), raw)
+        raw_pods = list(raw_by_key.values())
         M.SCHEDULER_QUEUE_DEPTH.labels(controller="provisioner", scheduling_id="").set(len(raw_pods))
         results = Results()
         if not raw_pods:
+            M.UNSCHEDULABLE_PODS.labels(controller="provisioner").set(0)
+            M.SCHEDULER_IGNORED_PODS.set(0)
             return results
         pods: list[Pod] = []
-        raw_by_key: dict[str, dict[str, Any]] = {}
+        ignored = 0
         for raw in raw_pods:
-            raw_by_key[key_of(raw)] = raw
             try:
                 pod = inputs.scheduling_pod(raw)
                 pods.append(pod)
             except inputs.InputError as e:
+                ignored += 1  # Karpenter's ignored pods: ones that fail validation before scheduling
                 results.unschedulable[key_of(raw)] = str(e)[:300]
                 self.recorder.publish(raw, "Warning", "FailedScheduling", f"Failed to schedule pod, {str(e)[:300]}")
+        M.SCHEDULER_IGNORED_PODS.set(ignored)
         log.info("found provisionable pod(s)", extra={
             "controller": "provisioner", "Pods": ", ".join(key_of(p) for p in raw_pods[:5])
             + (f" and {len(raw_pods) - 5} other(s)" if len(raw_pods) > 5 else ""), "duration": "0s"})
@@ -324,10 +384,25 @@ class Provisioner:
         plan = solve(pools, existing, daemonsets, pods, self.preference_policy, self.min_values_policy)
         M.SCHEDULING_DURATION.labels(controller="provisioner").observe(time.perf_counter() - started)
         self._act(plan, manifests, existing, raw_by_key, results)
+        M.UNSCHEDULABLE_PODS.labels(controller="provisioner").set(len(results.unschedulable))
+        self._observe_decisions(raw_pods)
         log.info("computed new nodeclaim(s) to fit pod(s)", extra={
             "controller": "provisioner", "nodeclaims": len(results.created),
             "pods": sum(len(c.pods) for c in plan.node_claims)})
         return results
+
+    def _observe_decisions(self, raw_pods: list[dict[str, Any]]) -> None:
+        """karpenter_pods_scheduling_decision_duration_seconds: once per pod, from when it was first seen
+        provisionable to this pass's decision about it."""
+        now = time.time()
+        for raw in raw_pods:
+            uid = str(raw["metadata"].get("uid", ""))
+            if uid in self._decided:
+                continue
+            seen = self._seen.pop(uid, None)
+            if seen is not None:
+                M.PODS_SCHEDULING_DECISION_DURATION.observe(max(0.0, now - seen))
+                self._decided.add(uid)
 
     def _act(self, plan: Plan, manifests: dict[str, dict[str, Any]], existing: list[ExistingNode],
              raw_by_key: dict[str, dict[str, Any]], results: Results) -> None:

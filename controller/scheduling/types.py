@@ -1,36 +1,16 @@
-"""Scheduler inputs: NodePools as the scheduler sees them, taints, and nodes that already exist."""
+"""Scheduler inputs: NodePools as the scheduler sees them, taints (controller.api.taints.Taint, re-exported here),
+and nodes that already exist."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from controller.api.taints import Taint
 from controller.catalog.types import InstanceType
 from controller.scheduling.pod import Pod, Toleration
 from controller.scheduling.requirements import Requirements
 
-
-@dataclass(frozen=True, slots=True)
-class Taint:
-    """A node taint."""
-
-    key: str
-    value: str = ""
-    effect: str = "NoSchedule"
-
-    def __str__(self) -> str:
-        return f"{self.key}={self.value}:{self.effect}" if self.value else f"{self.key}:{self.effect}"
-
-    def tolerated_by(self, tolerations: tuple[Toleration, ...]) -> bool:
-        """Whether any toleration matches this taint (Kubernetes' matching rules)."""
-        for t in tolerations:
-            if t.effect and t.effect != self.effect:
-                continue
-            if t.operator == "Exists":
-                if not t.key or t.key == self.key:
-                    return True
-            elif t.key == self.key and (t.value or "") == self.value:
-                return True
-        return False
+__all__ = ["ExistingNode", "SchedNodePool", "Taint", "untolerated"]
 
 
 def untolerated(taints: list[Taint], tolerations: tuple[Toleration, ...]) -> Taint | None:

@@ -190,6 +190,12 @@ class Terminator:
                     result = self._await_volumes(node, status, deadline, now, generation)
         if result is None and not gone:
             result = self._terminate_instance(pid, status, now, generation)
+            if result is None:
+                # Karpenter: from InstanceTerminating's transition until the cloud says the instance is gone
+                began = D.parse_time((D.get_condition(status, INSTANCE_TERMINATING) or {}).get("lastTransitionTime"))
+                if began is not None:
+                    _observe("NODECLAIMS_INSTANCE_TERMINATION_DURATION", now - began,
+                             nodepool=_labels(claim).get(L.NODEPOOL, ""))
         if result is not None:
             if status != stored:
                 patched = self._write_status(claim, status)
@@ -275,6 +281,10 @@ class Terminator:
             _count("NODECLAIMS_TERMINATED", nodepool=labels.get(L.NODEPOOL, ""),
                    capacity_type=labels.get(L.CAPACITY_TYPE, ""), zone=labels.get(L.ZONE, ""),
                    reason=str(reason.get("reason") or "") if reason.get("status") == "True" else "")
+            deleted = D.parse_time(_meta(claim).get("deletionTimestamp"))
+            if deleted is not None:
+                _observe("NODECLAIMS_TERMINATION_DURATION", self.clock() - deleted,
+                         nodepool=labels.get(L.NODEPOOL, ""))
             return True
         return False
 
@@ -351,6 +361,9 @@ class Terminator:
         since = D.parse_time(_meta(node).get("deletionTimestamp")) or requested
         if since is not None:
             _observe("NODES_TERMINATION_DURATION", self.clock() - since, nodepool=labels.get(L.NODEPOOL, ""))
+        created = D.parse_time(_meta(node).get("creationTimestamp"))
+        if created is not None:
+            _observe("NODES_LIFETIME_DURATION", self.clock() - created, nodepool=labels.get(L.NODEPOOL, ""))
 
     # ---- drain -------------------------------------------------------------------------------------------------
     def _drain(self, node: Obj, claim: Obj | None, status: Obj, deadline: float | None, now: float,

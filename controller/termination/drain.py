@@ -11,6 +11,7 @@ from typing import Any
 
 from controller.api import conditions as C
 from controller.api import labels as L
+from controller.api.taints import Taint, toleration_from_dict
 
 Obj = dict[str, Any]
 
@@ -148,24 +149,9 @@ def is_critical(pod: Obj) -> bool:
 
 
 def tolerates(tolerations: Iterable[Obj] | None, taint: Obj) -> bool:
-    """Whether any toleration tolerates the taint (Kubernetes' matching: key or empty key with Exists, operator
-    Equal by default comparing values, empty effect matches every effect)."""
-    for t in tolerations or []:
-        if not isinstance(t, dict):
-            continue
-        if t.get("effect") and t.get("effect") != taint.get("effect"):
-            continue
-        operator = t.get("operator") or "Equal"
-        key = t.get("key") or ""
-        if not key:
-            if operator == "Exists":
-                return True
-            continue
-        if key != taint.get("key"):
-            continue
-        if operator == "Exists" or (operator == "Equal" and (t.get("value") or "") == (taint.get("value") or "")):
-            return True
-    return False
+    """Whether any toleration (API form) tolerates the taint (API form), by the shared Kubernetes matcher."""
+    node_taint = Taint.from_dict(taint)
+    return node_taint.tolerated_by(toleration_from_dict(t) for t in tolerations or [] if isinstance(t, dict))
 
 
 def tolerates_disrupted_taint(pod: Obj) -> bool:

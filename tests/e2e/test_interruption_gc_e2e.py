@@ -49,6 +49,17 @@ def test_spot_interruption_replaces_the_node(world: World, kubelet, start_contro
     instance_id = pid.rsplit("/", 1)[-1]
     world.sqs.send_message(QueueUrl=world.queue_url, MessageBody="not json at all")
     world.sqs.send_message(QueueUrl=world.queue_url, MessageBody=spot_interruption(instance_id))
+    # the replacement launches while the interrupted node drains (a spot warning leaves two minutes), not after
+    overlap: list[str] = []
+
+    def replacement_or_gone() -> bool:
+        names = {c["metadata"]["name"] for c in world.nodeclaims(pool)}
+        if name in names and names - {name}:
+            overlap.extend(sorted(names - {name}))
+        return bool(overlap) or name not in names
+
+    wait_for("a replacement NodeClaim (or the interrupted one gone)", replacement_or_gone, timeout=120)
+    assert overlap, "the replacement NodeClaim was created only after the interrupted one was gone"
     wait_for("interrupted NodeClaim deleted", lambda: _gone(world, name), timeout=120)
     wait_for("pods on a replacement", lambda: len([p for p in world.bound_pods(ns, "svc")
                                                    if p.spec.node_name != claim["status"]["nodeName"]]) == 2,

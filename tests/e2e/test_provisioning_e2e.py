@@ -29,6 +29,7 @@ def test_scale_up_deployment_to_bound_pods(world: World, kubelet, start_controll
     ns = world.namespace()
     controller = start_controller()
     world.deployment(ns, "web", 6, pool, cpu="1", memory="1Gi")
+    world.deployment(ns, "huge", 1, pool, cpu="5000")  # no instance type is that big
     wait_for("all 6 pods bound", lambda: len(world.bound_pods(ns, "web")) == 6, timeout=120)
     claims = world.nodeclaims(pool)
     assert claims, "no NodeClaim for the pool"
@@ -42,6 +43,9 @@ def test_scale_up_deployment_to_bound_pods(world: World, kubelet, start_controll
     assert meta["ownerReferences"][0]["kind"] == "NodePool" and meta["ownerReferences"][0]["name"] == pool
     assert meta["labels"]["karpenter.sh/nodepool"] == pool
     assert "karpenter.sh/nodepool-hash" in meta["annotations"]
+    nodeclass = world.custom.get_cluster_custom_object("karpenter.k8s.aws", "v1", "ec2nodeclasses", world.nodeclass)
+    for key in ("karpenter.k8s.aws/ec2nodeclass-hash", "karpenter.k8s.aws/ec2nodeclass-hash-version"):
+        assert meta["annotations"][key] == nodeclass["metadata"]["annotations"][key], key
     assert "karpenter.sh/termination" in meta["finalizers"]
     types = next(r for r in spec["requirements"] if r["key"] == "node.kubernetes.io/instance-type")
     assert types["operator"] == "In" and types["values"]
@@ -71,11 +75,18 @@ def test_scale_up_deployment_to_bound_pods(world: World, kubelet, start_controll
         assert message in messages, message
     events = world.core.list_namespaced_event(ns).items
     assert any(e.reason == "Nominated" for e in events)
+    failed = wait_for("FailedScheduling for the huge pod", lambda: [
+        e for e in world.core.list_namespaced_event(ns).items
+        if e.reason == "FailedScheduling" and e.source.component == "karpenter"
+        and e.involved_object.name.startswith("huge-")], timeout=30)
+    assert f'nodepool "{pool}": ' in failed[0].message, failed[0].message
     body = urllib.request.urlopen(f"http://127.0.0.1:{controller.env['METRICS_PORT']}/metrics", timeout=5).read()
     text = body.decode()
     assert "karpenter_nodeclaims_created_total{" in text
     assert f'nodepool="{pool}"' in text
     assert "karpenter_cluster_state_synced 1.0" in text
+    assert ('karpenter_cloudprovider_duration_seconds_count{controller="nodeclaim.lifecycle",method="Create",'
+            'provider="aws"}') in text
     assert 'karpenter_pods_state{' in text and f'namespace="{ns}"' in text
     assert controller.stop() == 0
 

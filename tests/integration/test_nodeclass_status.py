@@ -13,6 +13,8 @@ import pytest
 from botocore.exceptions import ClientError
 from kubernetes import client
 
+from controller.api import labels as L
+from controller.api.nodeclasshash import ec2nodeclass_hash
 from controller.cloud.aws.instanceprofiles import profile_name
 from controller.kube import resources as R
 from controller.kube.client import KubeClient
@@ -74,6 +76,9 @@ def test_status_resolved_and_ready_and_launches_read_it(kube, world, aws_client)
         for c in ("SubnetsReady", "SecurityGroupsReady", "AMIsReady", "InstanceProfileReady", "ValidationSucceeded",
                   "Ready"):
             assert conds[c][0] == "True", (c, conds[c])
+        # annotated with the hash of its spec, as Karpenter's nodeclass hash controller does
+        hashed = {L.EC2NODECLASS_HASH: ec2nodeclass_hash(got), L.EC2NODECLASS_HASH_VERSION: "v4"}
+        assert {k: got["metadata"]["annotations"].get(k) for k in hashed} == hashed
         # a second pass changes nothing (no status write when nothing moved)
         rv = got["metadata"]["resourceVersion"]
         ctl.reconcile(name)
@@ -100,6 +105,12 @@ def test_status_resolved_and_ready_and_launches_read_it(kube, world, aws_client)
         assert not {"DescribeSubnets", "DescribeSecurityGroups", "DescribeImages"} & set(calls), calls
         assert node.zone in {s["zone"] for s in status["subnets"]}
         provider.delete(node.provider_id)
+        # a hashed field changes: so does the annotation
+        kc.patch(R.EC2NODECLASSES, name, {"spec": {"tags": {"team": "payments"}}})
+        ctl.reconcile(name)
+        changed = kc.get(R.EC2NODECLASSES, name)
+        assert changed["metadata"]["annotations"][L.EC2NODECLASS_HASH] == ec2nodeclass_hash(changed) != \
+            hashed[L.EC2NODECLASS_HASH]
     finally:
         _delete_quietly(kc, name)
 

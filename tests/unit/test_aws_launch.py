@@ -28,7 +28,7 @@ def _parts(doc: str) -> list[tuple[str, str]]:
 
 def test_al2023_nodeconfig_carries_cluster_and_kubelet():
     node = NodeSettings({"karpenter.sh/nodepool": "default", "team": "a"},
-                        [Taint("dedicated", "NoSchedule", "gpu")], {"maxPods": 110})
+                        [Taint(key="dedicated", value="gpu", effect="NoSchedule")], {"maxPods": 110})
     parts = _parts(al2023_user_data(CLUSTER, node))
     assert [t for t, _ in parts] == ["application/node.eks.aws"]
     cfg = yaml.safe_load(parts[0][1])
@@ -144,7 +144,7 @@ def test_launch_template_name_follows_content():
 def test_al2_bootstrap_carries_kubelet_args_after_user_script():
     from controller.cloud.aws.userdata import al2_user_data
 
-    node = NodeSettings({"karpenter.sh/nodepool": "default"}, [Taint("a", "NoSchedule", "b")],
+    node = NodeSettings({"karpenter.sh/nodepool": "default"}, [Taint(key="a", value="b", effect="NoSchedule")],
                         {"maxPods": 58})
     parts = _parts(al2_user_data(CLUSTER, node, "#!/bin/bash\necho first"))
     assert [t for t, _ in parts] == ["text/x-shellscript", "text/x-shellscript"]
@@ -163,7 +163,7 @@ def test_bottlerocket_settings_merge_with_karpenters_winning():
 
     user = ('[settings.kubernetes]\ncluster-name = "wrong"\nmax-pods = 5\n'
             '[settings.host-containers.admin]\nenabled = true\n')
-    node = NodeSettings({"karpenter.sh/nodepool": "default"}, [Taint("a", "NoSchedule", "b")],
+    node = NodeSettings({"karpenter.sh/nodepool": "default"}, [Taint(key="a", value="b", effect="NoSchedule")],
                         {"maxPods": 110})
     settings = tomllib.loads(bottlerocket_user_data(CLUSTER, node, user))["settings"]
     k8s = settings["kubernetes"]

@@ -67,8 +67,8 @@ def test_launch_request_is_built_once_from_the_nodeclaim_manifest():
     assert (r.name, r.uid, r.nodepool, r.nodeclass) == ("default-x7k2p", "0b6c-uid", "default", "default")
     assert r.labels == {L.NODEPOOL: "default", "team": "a"}
     assert r.requests == {"cpu": 1500, "memory": 2 * 2**30}
-    assert r.taints == (Taint("dedicated", "NoSchedule", "gpu"),)
-    assert r.startup_taints == (Taint("cilium.io/agent-not-ready", "NoExecute", ""),)
+    assert r.taints == (Taint(key="dedicated", value="gpu", effect="NoSchedule"),)
+    assert r.startup_taints == (Taint(key="cilium.io/agent-not-ready", value="", effect="NoExecute"),)
     assert r.requirements.get(L.INSTANCE_TYPE).has("c5.large") and not r.requirements.get(L.INSTANCE_TYPE).has(
         "m5.xlarge")
     assert not r.requirements.get(L.CAPACITY_TYPE).has("reserved")

@@ -174,3 +174,26 @@ def test_bad_level_or_encoding_is_refused():
         logs.configure("verbose")
     with pytest.raises(ValueError, match="xml"):
         logs.configure("info", encoding="xml")
+
+
+def test_the_log_says_which_source_won_over_a_legacy_configmap(capsys):
+    """One info line per setting a legacy ConfigMap also set: "using setting from ConfigMap" where it decided,
+    "using setting from env/flag over ConfigMap" (naming the ConfigMap) where env or a flag won."""
+    from controller.settings import log_sources, parse_legacy_configmaps, resolve
+
+    legacy, warnings_ = parse_legacy_configmaps("kube-system", {
+        "aws.clusterName": "legacy", "batchIdleDuration": "4s", "batchMaxDuration": "20s",
+        "featureGates.spotToSpotConsolidation": "true"}, None)
+    assert warnings_ == []
+    env = {"AWS_CONFIG_FILE": "/nonexistent", "BATCH_IDLE_DURATION": "3s", "FEATURE_GATES": "NodeRepair=true"}
+    settings, sources = resolve(env, {"BATCH_MAX_DURATION": "15s"}, legacy)
+    logs.configure("info")
+    log_sources(logging.getLogger("karpy"), settings, sources)
+    said = {e["setting"]: (e["message"], e.get("value"), e["ConfigMap"]["name"]) for e in _lines(capsys)}
+    assert said == {
+        "CLUSTER_NAME": ("using setting from ConfigMap", "legacy", "karpenter-global-settings"),
+        "BATCH_IDLE_DURATION": ("using setting from env over ConfigMap", "3s", "karpenter-global-settings"),
+        "BATCH_MAX_DURATION": ("using setting from flag over ConfigMap", "15s", "karpenter-global-settings"),
+        "FEATURE_GATES": ("using setting from env over ConfigMap", said["FEATURE_GATES"][1],
+                          "karpenter-global-settings"),
+    }

@@ -14,6 +14,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from controller import metrics as M
 from controller.health import Servers, serve
+from controller.kube import resources as R
+from controller.termination.controller import Terminator
 
 # Karpenter's exposition names (counters with their _total) and label names (Karpenter v1.14)
 KARPENTER = {
@@ -206,3 +208,151 @@ def test_a_taken_port_raises_and_leaks_nothing():
         taken.listen()
         with pytest.raises(OSError):
             serve(0, taken.getsockname()[1], ready=lambda: True, host="127.0.0.1")
+
+
+# ---- metrics set by the code that acts (driven through the controllers, read from the registry) ---------------------
+
+def _value(name: str, **labels: str) -> float:
+    return M.REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+def test_a_nodeclaim_the_lifecycle_deletes_is_counted_terminated_only_when_its_finalizer_goes():
+    from tests.unit.test_provisioning import _pending, _world
+
+    w = _world()
+    w.cloud.ice = True
+    _pending(w.kube, "p1")
+    [name] = w.prov.schedule().created
+    labels = {"nodepool": "general", "capacity_type": "", "zone": ""}
+    before = _value("karpenter_nodeclaims_terminated_total", **labels)
+    w.lifecycle.reconcile(name)  # finalizer
+    w.lifecycle.reconcile(name)  # ICE: deleted
+    assert w.kube.get(R.NODECLAIMS, name)["metadata"].get("deletionTimestamp")
+    assert _value("karpenter_nodeclaims_terminated_total", **labels) == before  # not yet: the finalizer is there
+    terminator = Terminator(w.kube, w.kube.cluster, w.cloud, w.recorder)
+    terminator.reconcile_nodeclaim(name)
+    assert ("nodeclaims", "", name) not in w.kube.objects
+    assert _value("karpenter_nodeclaims_terminated_total", **labels) == before + 1
+
+
+def test_nodepool_usage_and_limit_series_go_when_the_resource_or_the_pool_does():
+    from controller.nodepool.status import NodePoolStatusController
+    from tests.unit.test_provisioning import _world
+
+    w = _world(limits={"cpu": "100", "memory": "1Ti"}, pools=("gauged",))
+    w.kube.add(R.NODECLAIMS, {"metadata": {"name": "c1", "labels": {"karpenter.sh/nodepool": "gauged"}},
+                              "spec": {}, "status": {"capacity": {"cpu": "4", "nvidia.com/gpu": "1"}}})
+    ctl = NodePoolStatusController(w.kube.cluster, w.kube)
+    ctl.reconcile("gauged")
+    assert _value("karpenter_nodepools_usage", nodepool="gauged", resource_type="cpu") == 4000
+    assert M.REGISTRY.get_sample_value("karpenter_nodepools_usage",
+                                       {"nodepool": "gauged", "resource_type": "nvidia.com/gpu"}) == 1
+    assert M.REGISTRY.get_sample_value("karpenter_nodepools_limit",
+                                       {"nodepool": "gauged", "resource_type": "memory"}) == 1024**4
+    # the GPU NodeClaim goes and the memory limit is taken out: their series go, cpu stays
+    w.kube.patch(R.NODECLAIMS, "c1", {"status": {"capacity": {"cpu": "4", "nvidia.com/gpu": None}}})
+    w.kube.patch(R.NODEPOOLS, "gauged", {"spec": {"limits": {"memory": None}}})
+    ctl.reconcile("gauged")
+    assert M.REGISTRY.get_sample_value("karpenter_nodepools_usage",
+                                       {"nodepool": "gauged", "resource_type": "nvidia.com/gpu"}) is None
+    assert M.REGISTRY.get_sample_value("karpenter_nodepools_limit",
+                                       {"nodepool": "gauged", "resource_type": "memory"}) is None
+    assert _value("karpenter_nodepools_limit", nodepool="gauged", resource_type="cpu") == 100000
+    # the pool is deleted: none of its series is left
+    w.kube.delete(R.NODEPOOLS, "gauged")
+    ctl.reconcile("gauged")
+    left = [s for f in M.REGISTRY.collect() if f.name in ("karpenter_nodepools_usage", "karpenter_nodepools_limit")
+            for s in f.samples if s.labels.get("nodepool") == "gauged"]
+    assert left == []
+
+
+def test_cloud_provider_calls_are_timed_and_their_errors_counted_with_karpenters_labels():
+    from controller.cloud.errors import NodeClaimNotFoundError
+    from controller.kube.workqueue import Controller
+    from tests.unit.test_provisioning import _pending, _world
+
+    w = _world()
+    w.cloud.ice = True
+    w.cloud.get = lambda pid: (_ for _ in ()).throw(NodeClaimNotFoundError(pid))
+    w.cloud.list = lambda: []
+    w.cloud.delete = lambda pid: None
+    metered = M.MeteredCloudProvider(w.cloud, "fake")
+    w.lifecycle.cloud = metered
+    w.prov.cloud = metered
+    create = {"controller": "nodeclaim.lifecycle", "method": "Create", "provider": "fake"}
+    types = {"controller": "provisioner", "method": "GetInstanceTypes", "provider": "fake"}
+    before = {k: _value("karpenter_cloudprovider_duration_seconds_count", **v) for k, v in
+              (("create", create), ("types", types))}
+    ice = _value("karpenter_cloudprovider_errors_total", **create, error="InsufficientCapacityError")
+    _pending(w.kube, "p1")
+    with M.controller_context("provisioner"):
+        [name] = w.prov.schedule().created
+    c = Controller("nodeclaim.lifecycle", w.lifecycle.reconcile)
+    c.process_one(name)
+    c.process_one(name)
+    assert _value("karpenter_cloudprovider_duration_seconds_count", **create) == before["create"] + 1
+    assert _value("karpenter_cloudprovider_duration_seconds_count", **types) == before["types"] + 1
+    assert _value("karpenter_cloudprovider_errors_total", **create, error="InsufficientCapacityError") == ice + 1
+    # Get, List, Delete too; an error of no known type is error=""
+    gc = {"controller": "garbagecollection", "provider": "fake"}
+    with M.controller_context("garbagecollection"):
+        with pytest.raises(NodeClaimNotFoundError):
+            metered.get("aws:///x/i-1")
+        metered.list()
+        metered.delete("aws:///x/i-1")
+    for method in ("Get", "List", "Delete"):
+        assert _value("karpenter_cloudprovider_duration_seconds_count", **gc, method=method) >= 1, method
+    assert _value("karpenter_cloudprovider_errors_total", **gc, method="Get", error="NodeClaimNotFoundError") >= 1
+    assert metered.types is w.cloud.types  # anything else is the wrapped provider's
+
+
+def test_the_provisioner_sets_pod_counts_and_decision_and_bound_durations():
+    from tests.unit.test_provisioning import _pending, _world
+
+    w = _world()
+    decisions = _value("karpenter_pods_scheduling_decision_duration_seconds_count")
+    bound = _value("karpenter_pods_bound_duration_seconds_count")
+    fits = _pending(w.kube, "fits")
+    _pending(w.kube, "huge", cpu="500")  # no instance type is that big
+    _pending(w.kube, "bad", cpu="lots")  # not a quantity: ignored before scheduling
+    for name in ("fits", "huge", "bad"):
+        pod = w.kube.cluster.pod(f"default/{name}")
+        w.prov.on_pod("ADDED", None, pod)
+    w.kube.now += 5
+    res = w.prov.schedule()
+    assert sorted(res.unschedulable) == ["default/bad", "default/huge"]
+    assert _value("karpenter_scheduler_unschedulable_pods_count", controller="provisioner") == 2
+    assert _value("karpenter_scheduler_ignored_pods_count") == 1
+    assert _value("karpenter_pods_scheduling_decision_duration_seconds_count") == decisions + 3
+    w.prov.schedule()  # a second decision about the same pods is not observed again
+    assert _value("karpenter_pods_scheduling_decision_duration_seconds_count") == decisions + 3
+    created = fits["metadata"]["creationTimestamp"]
+    bound_pod = w.kube.patch(R.PODS, "fits", {"spec": {"nodeName": "n1"}, "status": {"conditions": [
+        {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2023-11-14T22:13:32Z"}]}},
+        namespace="default")
+    w.prov.on_pod("MODIFIED", fits, bound_pod)
+    assert _value("karpenter_pods_bound_duration_seconds_count") == bound + 1
+    assert created == "2023-11-14T22:13:20Z"  # 12 s from creation to PodScheduled
+    w.prov.on_pod("MODIFIED", bound_pod, bound_pod)  # already bound: not observed again
+    assert _value("karpenter_pods_bound_duration_seconds_count") == bound + 1
+
+
+def test_cluster_state_gauges_say_how_long_state_has_been_unsynced():
+    from controller.main import state_tick
+    from tests.unit.kubefake import FakeKube
+
+    kube = FakeKube()
+    cluster = kube.cluster
+    kube.add(R.NODES, {"metadata": {"name": "n1"}, "spec": {}})
+    at = state_tick(cluster, 0.0, 100.0)
+    assert at == 100.0
+    assert (_value("karpenter_cluster_state_synced"), _value("karpenter_cluster_state_unsynced_time_seconds"),
+            _value("karpenter_cluster_state_node_count")) == (1, 0, 1)
+    cluster.mark_created("general-x")  # created here, not visible yet: unsynced
+    at = state_tick(cluster, at, 101.0)
+    at = state_tick(cluster, at, 103.5)
+    assert _value("karpenter_cluster_state_synced") == 0
+    assert _value("karpenter_cluster_state_unsynced_time_seconds") == 3.5
+    kube.add(R.NODECLAIMS, {"metadata": {"name": "general-x"}, "spec": {}})
+    state_tick(cluster, at, 104.0)
+    assert (_value("karpenter_cluster_state_synced"), _value("karpenter_cluster_state_unsynced_time_seconds")) == (1, 0)

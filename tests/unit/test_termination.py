@@ -538,3 +538,66 @@ def test_the_node_flow_deletes_the_nodeclaim_and_follows_it(fake: Any) -> None:
     assert w.terminator().reconcile_node("n1").requeue_after is None
     assert w.cloud.deleted == []  # the instance was already gone when termination came to it
     assert w.api.objects == {}
+
+
+def _histogram(name: str, suffix: str) -> float:
+    """A histogram's _count or _sum (by the metric's constant name), for empty labels."""
+    from controller import metrics
+    metric = getattr(metrics, name)
+    labels = dict.fromkeys(metric._labelnames, "")
+    return metrics.REGISTRY.get_sample_value(f"{metric._name}_{suffix}", labels) or 0.0
+
+
+def test_termination_durations_and_node_lifetime_are_observed_as_karpenter_does(fake: Any) -> None:
+    """nodeclaims_termination_duration: deletion to finalizer gone; instance_termination_duration: InstanceTerminating
+    to the instance gone; nodes_lifetime_duration: the Node's creation to its finalizer gone; and the NodeClaim is
+    counted terminated once."""
+    w = fake
+    w.api.objects[("nodes", "", "n1")]["metadata"]["creationTimestamp"] = D.format_time(NOW - 3600)
+    names = ("NODECLAIMS_TERMINATION_DURATION", "NODECLAIMS_INSTANCE_TERMINATION_DURATION", "NODES_LIFETIME_DURATION")
+    before = {(n, s): _histogram(n, s) for n in names for s in ("count", "sum")}
+    terminated = _sample("NODECLAIMS_TERMINATED")
+    w.terminator().reconcile_nodeclaim("c1")
+    w.clock[0] += D.MIN_DRAIN_TIME
+    assert w.terminator().reconcile_nodeclaim("c1").requeue_after == pytest.approx(D.INSTANCE_POLL)
+    terminating_at = w.clock[0]
+    w.clock[0] += 7
+    w.cloud.instances.clear()
+    assert w.terminator().reconcile_nodeclaim("c1").requeue_after is None
+    delta = {k: _histogram(*k) - v for k, v in before.items()}
+    assert delta[("NODECLAIMS_TERMINATION_DURATION", "count")] == 1
+    assert delta[("NODECLAIMS_TERMINATION_DURATION", "sum")] == pytest.approx(w.clock[0] - NOW)
+    assert delta[("NODECLAIMS_INSTANCE_TERMINATION_DURATION", "count")] == 1
+    assert delta[("NODECLAIMS_INSTANCE_TERMINATION_DURATION", "sum")] == pytest.approx(w.clock[0] - terminating_at)
+    assert delta[("NODES_LIFETIME_DURATION", "count")] == 1
+    assert delta[("NODES_LIFETIME_DURATION", "sum")] == pytest.approx(w.clock[0] - (NOW - 3600))
+    assert _sample("NODECLAIMS_TERMINATED") - terminated == 1
+
+
+# ---- one Taint type, one toleration matcher ----
+
+@pytest.mark.parametrize(("toleration", "taint", "expected"), [
+    ({"operator": "Exists"}, {"key": "a", "value": "x", "effect": "NoExecute"}, True),
+    ({"operator": "Exists", "effect": "NoSchedule"}, {"key": "a", "effect": "NoExecute"}, False),
+    ({"key": "a", "operator": "Exists"}, {"key": "a", "value": "x", "effect": "NoSchedule"}, True),
+    ({"key": "a", "value": "x"}, {"key": "a", "value": "x", "effect": "NoSchedule"}, True),  # Equal by default
+    ({"key": "a", "value": "y"}, {"key": "a", "value": "x", "effect": "NoSchedule"}, False),
+    ({"key": "a"}, {"key": "a", "effect": "NoSchedule"}, True),  # empty value equals empty value
+    ({"key": "b", "operator": "Exists"}, {"key": "a", "effect": "NoSchedule"}, False),
+    ({"value": "x"}, {"key": "a", "value": "x", "effect": "NoSchedule"}, False),  # no key: only Exists matches all
+    ({"key": "a", "operator": "Lt", "value": "x"}, {"key": "a", "value": "x", "effect": "NoSchedule"}, False),
+])
+def test_the_drain_and_the_scheduler_tolerate_by_one_rule(toleration: dict[str, Any], taint: dict[str, Any],
+                                                           expected: bool) -> None:
+    from controller.api import models
+    from controller.api.taints import Taint
+    from controller.scheduling import types as scheduling_types
+    from controller.scheduling.pod import Toleration
+
+    assert models.Taint is scheduling_types.Taint is Taint  # one type
+    assert D.tolerates([toleration], taint) is expected
+    typed = Toleration(**{k: v for k, v in toleration.items()})
+    assert Taint.from_dict(taint).tolerated_by((typed,)) is expected
+    assert scheduling_types.untolerated([Taint.from_dict(taint)], (typed,)) == (
+        None if expected else Taint.from_dict(taint))
+    assert Taint.from_dict(taint).to_dict() == {k: v for k, v in taint.items() if v}

@@ -11,6 +11,7 @@ from controller.kube import resources as R
 from controller.kube.client import KubeClient
 from controller.kube.errors import NotFoundError
 from controller.kube.workqueue import Result
+from controller.nodeclass.hash import reconcile_hash
 from controller.state.cluster import Cluster
 
 
@@ -22,10 +23,12 @@ class FakeNodeClassController:
         self.client = client
 
     def reconcile(self, name: str) -> Result:
-        """Mark the node class Ready if it is not."""
+        """Annotate the node class with its hash (as with the AWS provider) and mark it Ready if it is not."""
         current = self.cluster.nodeclass(name)
         if current is None:
             return Result()
+        with contextlib.suppress(NotFoundError):
+            current = reconcile_hash(self.client, self.cluster, current)
         status = copy.deepcopy(current.get("status") or {})
         if C.set_condition(status, "Ready", True, "Ready", generation=current["metadata"].get("generation")):
             with contextlib.suppress(NotFoundError):
