@@ -211,14 +211,35 @@ class InstanceTypeIndex:
 
 
 def fit_count(free: np.ndarray, req: np.ndarray) -> np.ndarray:
-    """For each row of free capacity, how many pods with req fit."""
+    """For each row of free capacity, how many pods with req fit (never below 0).
+
+    Column by column: numpy reduces an (n, few) int64 array along its short axis several times slower than it
+    divides and compares whole columns, and this runs for every placement."""
     if free.ndim == 1:
         free = free[None, :]
-    nz = req > 0
-    if not nz.any():
+    k: np.ndarray | None = None
+    for j, r in enumerate(req.tolist()):
+        if r > 0:  # divisors are positive: no division by zero
+            q = free[:, j] // r
+            k = q if k is None else np.minimum(k, q, out=q)
+    if k is None:
         return np.full(free.shape[0], 1 << 30)
-    k = np.floor_divide(free[:, nz], req[nz]).min(axis=1)  # divisors are positive: no division by zero
-    return np.maximum(k, 0)
+    return np.maximum(k, 0, out=k)
+
+
+def holds(free: np.ndarray, need: np.ndarray) -> np.ndarray:
+    """Rows of free (n x resources) with at least need in every resource; (free >= need).all(axis=1), column by
+    column for the reason fit_count gives."""
+    want = need.tolist()
+    m = free[:, 0] >= want[0]
+    for j in range(1, len(want)):
+        m &= free[:, j] >= want[j]
+    return m
+
+
+def column_max(free: np.ndarray) -> np.ndarray:
+    """free.max(axis=0) of a non-empty (n x resources) array, column by column (see fit_count)."""
+    return np.array([free[:, j].max() for j in range(free.shape[1])], dtype=free.dtype)
 
 
 def tolerates_prefer_no_schedule(tolerations: tuple[Toleration, ...]) -> bool:

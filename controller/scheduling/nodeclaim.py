@@ -13,7 +13,7 @@ import numpy as np
 
 from controller.api import labels as L
 from controller.catalog.types import InstanceType
-from controller.scheduling.instancetypes import CAPACITY_TYPES, INF, InstanceTypeIndex, fit_count
+from controller.scheduling.instancetypes import CAPACITY_TYPES, INF, InstanceTypeIndex, column_max, fit_count, holds
 from controller.scheduling.pod import AffinityTerm, Pod
 from controller.scheduling.requirements import Requirements
 from controller.scheduling.types import Taint
@@ -99,14 +99,32 @@ class NodeClaim(Bin):
         if fit is not None:
             self._room = (fit[0], fit[1], requirements, fit[2], fit[3])
         self._slack: np.ndarray | None = None  # room on the cheapest type that fits, while the pods do not change
-        self._rows: np.ndarray | None = None  # the types of mask, as indexes (after an add that knew them)
+        self._rows = np.flatnonzero(mask)  # the types of mask, as indexes
+        # free room on each of those types and its per-resource maximum, while the mask does not change: most adds
+        # leave every type in (the types are far larger than a pod), so these are computed once per mask
+        self._free: np.ndarray | None = None
+        self._top: np.ndarray | None = None
         self._labels: dict[str, str] | None = None  # labels(), while the requirements do not change
         self.maxfree = self.free_upper_bound()
 
+    def _set_mask(self, mask: np.ndarray, rows: np.ndarray) -> None:
+        """Narrow the types to mask (rows: its True entries)."""
+        self.mask = mask
+        self._rows = rows
+        self._free = self._top = None
+
+    def _types_free(self) -> np.ndarray:
+        """Free room on an empty node of each type still in the mask (free0 rows, cheapest first)."""
+        if self._free is None:
+            self._free = self.index.free0[self._rows]
+        return self._free
+
     def free_upper_bound(self) -> np.ndarray:
-        if not self.mask.any():
+        if not self._rows.size:
             return np.full_like(self.used, -1)
-        return self.index.free0[self.mask].max(axis=0) - self.used
+        if self._top is None:
+            self._top = column_max(self._types_free())
+        return self._top - self.used
 
     def labels(self) -> dict[str, str]:
         if self._labels is None:
@@ -120,9 +138,9 @@ class NodeClaim(Bin):
     def room(self, reqs: Requirements, req: np.ndarray, want: int,
              ports: frozenset[tuple[str, str, int]] = frozenset()) -> int:
         ix = self.index
-        if not len(reqs) and not ports and self._rows is not None:
-            # nothing narrows the NodeClaim: the types left are its own
-            merged, mask, rows = self.requirements, self.mask, self._rows
+        if not len(reqs) and not ports:
+            # nothing narrows the NodeClaim: the types left are its own (its mask is within its offerings)
+            merged, mask, rows, free = self.requirements, self.mask, self._rows, self._types_free()
         else:
             merged = self.requirements.intersect(reqs)
             zm, cm = ix.offer_masks(merged)
@@ -130,15 +148,16 @@ class NodeClaim(Bin):
             if ports:
                 mask = mask & ix.ports_ok(ports)  # types whose DaemonSets hold none of the pod's host ports
             rows = np.flatnonzero(mask)
+            free = ix.free0[rows]
         if not rows.size:
             return 0
-        k = fit_count(ix.free0[rows] - self.used[None, :], req)
+        k = fit_count(free - self.used[None, :], req)
         self._room = (reqs, ports, merged, rows, k)  # add() of the same pods narrows the mask from these
         return min(want, ix.min_values_cap(mask, k, merged))
 
     def slack(self) -> np.ndarray:
         if self._slack is None:
-            rows = np.flatnonzero(self.mask)
+            rows = self._rows
             self._slack = self.index.free0[rows[0]] - self.used if rows.size else np.full_like(self.used, -1)
         return self._slack
 
@@ -173,26 +192,26 @@ class NodeClaim(Bin):
                 self.requirements = merged
                 self._labels = None
             keep = rows[k >= len(pods)]
-            self._rows = keep
-            self.mask = np.zeros_like(self.mask)
-            self.mask[keep] = True
+            if keep.size != self._rows.size:  # keep is within rows, within the mask: equal sizes, same types
+                mask = np.zeros_like(self.mask)
+                mask[keep] = True
+                self._set_mask(mask, keep)
             if keep.size:
-                free = ix.free0[keep]
-                self.maxfree = free.max(axis=0) - self.used
-                self._slack = free[0] - self.used  # types are ordered cheapest first
+                self.maxfree = self.free_upper_bound()
+                self._slack = ix.free0[keep[0]] - self.used  # types are ordered cheapest first
             else:
                 self.maxfree = self._slack = np.full_like(self.used, -1)
             self.pods.extend(pods)
             return
         self._slack = None
-        self._rows = None
         self._labels = None
         self.used = self.used + req * len(pods)
         self.requirements = self.requirements.intersect(reqs)
         zm, cm = ix.offer_masks(self.requirements)
-        self.mask = ix.offered(self.mask & ix.mask(reqs), zm, cm) & (ix.free0 >= self.used[None, :]).all(axis=1)
+        mask = ix.offered(self.mask & ix.mask(reqs), zm, cm) & holds(ix.free0, self.used)
         if ports:
-            self.mask &= ix.ports_ok(ports)
+            mask &= ix.ports_ok(ports)
+        self._set_mask(mask, np.flatnonzero(mask))
         self.maxfree = self.free_upper_bound()
         self.pods.extend(pods)
 
@@ -200,7 +219,7 @@ class NodeClaim(Bin):
         """The instance type and offering this NodeClaim would launch with: spot first if allowed, then cheapest."""
         ix = self.index
         zm, cm = ix.offer_masks(self.requirements)
-        fits = self.mask & (ix.free0 >= self.used[None, :]).all(axis=1)
+        fits = self.mask & holds(ix.free0, self.used)
         best: tuple[float, int, int, int] | None = None
         for ct in (0, 1, 2):  # spot, on-demand, reserved: Karpenter launches spot when the NodeClaim allows it
             if not cm[ct]:

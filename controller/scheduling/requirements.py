@@ -129,10 +129,11 @@ class Requirement:
 class Requirements:
     """A conjunction of requirements, one per key."""
 
-    __slots__ = ("_reqs",)
+    __slots__ = ("_describe", "_reqs")
 
     def __init__(self, reqs: Iterable[Requirement] = ()) -> None:
         self._reqs: dict[str, Requirement] = {}
+        self._describe: str | None = None  # describe(), kept until the requirements change (a hot cache key)
         for r in reqs:
             self.add(r)
 
@@ -151,11 +152,13 @@ class Requirements:
         """Narrow by one more requirement (intersecting with any on the same key)."""
         cur = self._reqs.get(req.key)
         self._reqs[req.key] = req if cur is None else cur.intersect(req)
+        self._describe = None
 
     def copy(self) -> Requirements:
         """A shallow copy (requirements themselves are immutable)."""
         out = Requirements()
         out._reqs = dict(self._reqs)
+        out._describe = self._describe
         return out
 
     def intersect(self, other: Requirements) -> Requirements:
@@ -209,7 +212,9 @@ class Requirements:
 
     def describe(self) -> str:
         """All requirements in human form."""
-        return ", ".join(r.describe() for r in self._reqs.values())
+        if self._describe is None:
+            self._describe = ", ".join(r.describe() for r in self._reqs.values())
+        return self._describe
 
     def __repr__(self) -> str:
         return f"Requirements({self.describe()})"

@@ -27,7 +27,7 @@ import numpy as np
 from controller.api import labels as L
 from controller.api.quantity import CPU, MEMORY, PODS, format_quantity
 from controller.scheduling.existingnode import ExistingNodeBin
-from controller.scheduling.instancetypes import InstanceTypeIndex, fit_count
+from controller.scheduling.instancetypes import InstanceTypeIndex, fit_count, holds
 from controller.scheduling.nodeclaim import Bin, NodeClaim, PlannedNodeClaim
 from controller.scheduling.pod import Pod
 from controller.scheduling.preferences import View, relaxed
@@ -291,10 +291,10 @@ class Scheduler:
         # 1. existing nodes and open NodeClaims: one vector test over every bin's free-capacity upper bound (and the
         # hostname counts) leaves only bins that might fit
         nb = len(self.bins)
-        fits = np.asarray((self._maxfree[start:nb] >= req[None, :]).all(axis=1))
+        fits = holds(self._maxfree[start:nb], req)
         room = self.topology.hostname_room(view, fits, start)
         # first the bins whose launch type still has room for the pod (filling them costs nothing), then first fit
-        in_slack = room & np.asarray((self._slack[start:nb] >= req[None, :]).all(axis=1))
+        in_slack = room & holds(self._slack[start:nb], req)
         slack_bins = np.flatnonzero(in_slack)
         if slack_bins.size:
             slack_bins += start
