@@ -87,10 +87,11 @@ class NodeClaim(Bin):
 
     def __init__(self, name: str, index: InstanceTypeIndex, requirements: Requirements, taints: list[Taint],
                  used: np.ndarray, mask: np.ndarray,
-                 fit: tuple[Requirements, frozenset[tuple[str, str, int]], np.ndarray, np.ndarray] | None = None
-                 ) -> None:
+                 fit: tuple[Requirements, frozenset[tuple[str, str, int]], np.ndarray, np.ndarray] | None = None,
+                 types: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> None:
         """fit: the pod requirements, host ports, types (indexes into mask's True entries) and per-type pod counts
-        the NodeClaim is opened for, so that its first add() needs no second fit test."""
+        the NodeClaim is opened for, so that its first add() needs no second fit test. types: mask's True entries,
+        their free room on an empty node and its per-resource maximum, when the caller knows them (read-only)."""
         super().__init__(name, requirements, taints, used)
         self.index = index
         self.mask = mask
@@ -99,11 +100,13 @@ class NodeClaim(Bin):
         if fit is not None:
             self._room = (fit[0], fit[1], requirements, fit[2], fit[3])
         self._slack: np.ndarray | None = None  # room on the cheapest type that fits, while the pods do not change
-        self._rows = np.flatnonzero(mask)  # the types of mask, as indexes
-        # free room on each of those types and its per-resource maximum, while the mask does not change: most adds
-        # leave every type in (the types are far larger than a pod), so these are computed once per mask
-        self._free: np.ndarray | None = None
-        self._top: np.ndarray | None = None
+        # the types of mask as indexes, the free room on each and its per-resource maximum, while the mask does not
+        # change: most adds leave every type in (the types are far larger than a pod), so these are computed once
+        self._rows = np.flatnonzero(mask) if types is None else types[0]
+        self._free: np.ndarray | None = None if types is None else types[1]
+        self._top: np.ndarray | None = None if types is None else types[2]
+        # per pod requirements and host ports: what room() narrows the NodeClaim to, while mask and requirements hold
+        self._narrowed: dict[tuple[object, ...], tuple[Requirements, np.ndarray, np.ndarray, np.ndarray]] = {}
         self._labels: dict[str, str] | None = None  # labels(), while the requirements do not change
         self.maxfree = self.free_upper_bound()
 
@@ -112,6 +115,7 @@ class NodeClaim(Bin):
         self.mask = mask
         self._rows = rows
         self._free = self._top = None
+        self._narrowed.clear()
 
     def _types_free(self) -> np.ndarray:
         """Free room on an empty node of each type still in the mask (free0 rows, cheapest first)."""
@@ -142,13 +146,20 @@ class NodeClaim(Bin):
             # nothing narrows the NodeClaim: the types left are its own (its mask is within its offerings)
             merged, mask, rows, free = self.requirements, self.mask, self._rows, self._types_free()
         else:
-            merged = self.requirements.intersect(reqs)
-            zm, cm = ix.offer_masks(merged)
-            mask = ix.offered(self.mask & ix.mask(reqs), zm, cm)
-            if ports:
-                mask = mask & ix.ports_ok(ports)  # types whose DaemonSets hold none of the pod's host ports
-            rows = np.flatnonzero(mask)
-            free = ix.free0[rows]
+            ck = (reqs.key(), ports)
+            hit = self._narrowed.get(ck)
+            if hit is None:
+                merged = self.requirements.intersect(reqs)
+                if merged.key() == self.requirements.key():
+                    merged = self.requirements  # nothing new: keep the NodeClaim's own (an add then changes nothing)
+                zm, cm = ix.offer_masks(merged)
+                mask = ix.offered(self.mask & ix.mask(reqs), zm, cm)
+                if ports:
+                    mask = mask & ix.ports_ok(ports)  # types whose DaemonSets hold none of the pod's host ports
+                rows = np.flatnonzero(mask)
+                free = self._types_free() if rows.size == self._rows.size else ix.free0[rows]
+                hit = self._narrowed[ck] = (merged, mask, rows, free)
+            merged, mask, rows, free = hit
         if not rows.size:
             return 0
         k = fit_count(free - self.used[None, :], req)
@@ -191,6 +202,7 @@ class NodeClaim(Bin):
             if merged is not self.requirements:
                 self.requirements = merged
                 self._labels = None
+                self._narrowed.clear()
             keep = rows[k >= len(pods)]
             if keep.size != self._rows.size:  # keep is within rows, within the mask: equal sizes, same types
                 mask = np.zeros_like(self.mask)
@@ -205,6 +217,7 @@ class NodeClaim(Bin):
             return
         self._slack = None
         self._labels = None
+        self._narrowed.clear()
         self.used = self.used + req * len(pods)
         self.requirements = self.requirements.intersect(reqs)
         zm, cm = ix.offer_masks(self.requirements)

@@ -27,7 +27,7 @@ import numpy as np
 from controller.api import labels as L
 from controller.api.quantity import CPU, MEMORY, PODS, format_quantity
 from controller.scheduling.existingnode import ExistingNodeBin
-from controller.scheduling.instancetypes import InstanceTypeIndex, fit_count, holds
+from controller.scheduling.instancetypes import InstanceTypeIndex, column_max, fit_count, holds
 from controller.scheduling.nodeclaim import Bin, NodeClaim, PlannedNodeClaim
 from controller.scheduling.pod import Pod
 from controller.scheduling.preferences import View, relaxed
@@ -60,6 +60,35 @@ class Plan:
         return (self.cost_per_hour - self.lower_bound_per_hour) / self.lower_bound_per_hour
 
 
+@dataclass
+class _Opening:
+    """A new NodeClaim for pods of one shape from one pool: its requirements, the most pods it takes (cap), the
+    types that could hold one (rows, cheapest first) with how many each holds (fit); or why none (why)."""
+
+    why: str
+    requirements: Requirements = field(default_factory=Requirements)
+    cap: int = 0
+    rows: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    fit: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    _after: dict[int, tuple[np.ndarray, ...]] = field(default_factory=dict)
+
+    def after(self, ix: InstanceTypeIndex, n: int) -> tuple[np.ndarray, ...]:
+        """The types left once n pods are in (as a mask and as rows), how many pods each held (k), their free room on
+        an empty node and its per-resource maximum: what the NodeClaim's first add would compute, once per n."""
+        hit = self._after.get(n)
+        if hit is None:
+            keep = self.fit >= n
+            rows, k = self.rows[keep], self.fit[keep]
+            mask = np.zeros(len(ix.types), dtype=bool)
+            mask[rows] = True
+            free = ix.free0[rows]
+            top = column_max(free)
+            for a in (mask, rows, k, free, top):
+                a.flags.writeable = False  # shared by every NodeClaim opened for this shape: read, never written
+            hit = self._after[n] = (mask, rows, k, free, top)
+        return hit
+
+
 class Scheduler:
     """Karpenter's provisioning simulation over NodePools, existing nodes (and in-flight NodeClaims) and DaemonSets.
 
@@ -87,6 +116,7 @@ class Scheduler:
         self._class_pools: dict[object, set[int]] = {}  # per class: the pools it could use (for the lower bound)
         self._views: dict[tuple[object, int], View | None] = {}  # per class and relaxation level
         self._req: dict[object, np.ndarray] = {}  # per class: its requests as a vector
+        self._openings: dict[tuple[object, ...], _Opening] = {}  # per pool and pod shape, for pools without limits
         self._names = 0
 
     # ---- setup -------------------------------------------------------------------------------------------------
@@ -116,6 +146,7 @@ class Scheduler:
         self._class_pools = {}
         self._views = {}
         self._req = {}
+        self._openings = {}
         self._names = 0
         for node in self.existing_nodes:
             used = self._vec({})
@@ -381,20 +412,44 @@ class Scheduler:
         why = self.topology.opens(view)
         if why:
             return 0, why
+        rem = self.remaining[pool.name]
+        if rem is None:  # without limits, what a new NodeClaim would be depends only on the pods' shape
+            key = (id(ix), reqs.key(), view.host_ports, req.tobytes())
+            opening = self._openings.get(key)
+            if opening is None:
+                opening = self._openings[key] = self._opening(ix, reqs, req, view.host_ports, None)
+        else:
+            opening = self._opening(ix, reqs, req, view.host_ports, rem)
+        if opening.why:
+            return 0, opening.why
+        n = 1 if view.host_ports else min(want, opening.cap)
+        mask, rows, k, free, top = opening.after(ix, n)
+        self._names += 1
+        b = NodeClaim(f"{pool.name}-{self._names:05d}", ix, opening.requirements.copy(), pool.taints, self._vec({}),
+                      mask, fit=(reqs, view.host_ports, rows, k), types=(rows, free, top))
+        self._add_bin(b)
+        self.new_bins.append(b)
+        self._commit(b, view, reqs, req, pods[:n])
+        return n, ""
+
+    def _opening(self, ix: InstanceTypeIndex, reqs: Requirements, req: np.ndarray,
+                 ports: frozenset[tuple[str, str, int]], rem: dict[str, int] | None) -> _Opening:
+        """The NodeClaim ix's pool would open for pods of one shape (node requirements reqs, requests req, host
+        ports), within what the pool's limits (rem) still allow; or why it cannot open one."""
+        pool = ix.pool
         merged = pool.requirements.intersect(reqs)
         zm, cm = ix.offer_masks(merged)
         mask = ix.all_mask & ix.mask(merged)
         if not mask.any():
-            return 0, f"no instance type matches {reqs.describe() or 'the requirements'}"
+            return _Opening(f"no instance type matches {reqs.describe() or 'the requirements'}")
         mask = ix.offered(mask, zm, cm)
         if not mask.any():
-            return 0, "no offering in the allowed zones and capacity types"
-        if view.host_ports:
-            mask = mask & ix.ports_ok(view.host_ports)
+            return _Opening("no offering in the allowed zones and capacity types")
+        if ports:
+            mask = mask & ix.ports_ok(ports)
             if not mask.any():
-                protocol, ip, port = min(view.host_ports)
-                return 0, f"host port {port}/{protocol} ({ip}) is held by a DaemonSet on the pool's nodes"
-        rem = self.remaining[pool.name]
+                protocol, ip, port = min(ports)
+                return _Opening(f"host port {port}/{protocol} ({ip}) is held by a DaemonSet on the pool's nodes")
         within = np.ones(len(ix.types), dtype=bool)
         if rem is not None:
             pending = self._vec({})
@@ -404,7 +459,8 @@ class Scheduler:
                     pending += ix.capacity[int(np.argmax(b.mask))]
                     opened += 1
             if NODES in rem and opened + 1 > rem[NODES]:
-                return 0, f"limits exceeded: another node would go past the pool's limit of {NODES} ({_left(rem)})"
+                return _Opening(f"limits exceeded: another node would go past the pool's limit of {NODES} "
+                                f"({_left(rem)})")
             for k, v in rem.items():
                 i = self.rindex.get(k)
                 if i is not None:
@@ -412,25 +468,17 @@ class Scheduler:
         fit = fit_count(ix.free0[mask & within], req)
         if not fit.size or fit.max() <= 0:
             if rem is not None and fit_count(ix.free0[mask], req).max(initial=0) > 0:
-                return 0, f"limits exceeded: a node large enough would go past the pool's limits ({_left(rem)})"
+                return _Opening(f"limits exceeded: a node large enough would go past the pool's limits ({_left(rem)})")
             need = ", ".join(f"{r}={format_quantity(r, int(req[i]))}" for i, r in enumerate(self.resources)
                              if req[i] and r != PODS)
-            return 0, f"no instance type has room for requests {need} (with daemonset overhead)"
+            return _Opening(f"no instance type has room for requests {need} (with daemonset overhead)")
         mask = mask & within
-        n = min(want, ix.min_values_cap(mask, fit, merged))
-        if n <= 0:
-            return 0, "fewer instance types than minValues requires: " + ", ".join(
-                f"{r.key} minValues {r.min_values}" for r in merged if r.min_values)
-        if view.host_ports:
-            n = 1
-        self._names += 1
-        b = NodeClaim(f"{pool.name}-{self._names:05d}", ix, merged.intersect(Requirements([
-            Requirement(L.NODEPOOL, False, frozenset([pool.name]))])), pool.taints, self._vec({}), mask,
-            fit=(reqs, view.host_ports, np.flatnonzero(mask), fit))
-        self._add_bin(b)
-        self.new_bins.append(b)
-        self._commit(b, view, reqs, req, pods[:n])
-        return n, ""
+        cap = ix.min_values_cap(mask, fit, merged)
+        if cap <= 0:
+            return _Opening("fewer instance types than minValues requires: " + ", ".join(
+                f"{r.key} minValues {r.min_values}" for r in merged if r.min_values))
+        requirements = merged.intersect(Requirements([Requirement(L.NODEPOOL, False, frozenset([pool.name]))]))
+        return _Opening("", requirements, cap, np.flatnonzero(mask), fit)
 
     # ---- result ----------------------------------------------------------------------------------------------
     def _finish(self, plan: Plan, with_bound: bool) -> None:
