@@ -232,18 +232,18 @@ class NodeClaim(Bin):
         """The instance type and offering this NodeClaim would launch with: spot first if allowed, then cheapest."""
         ix = self.index
         zm, cm = ix.offer_masks(self.requirements)
-        fits = self.mask & holds(ix.free0, self.used)
+        rows = self._rows[holds(self._types_free(), self.used)]  # the types that hold the pods, cheapest first
         best: tuple[float, int, int, int] | None = None
         for ct in (0, 1, 2):  # spot, on-demand, reserved: Karpenter launches spot when the NodeClaim allows it
             if not cm[ct]:
                 continue
-            prices = np.where(zm[None, :], ix.price[:, :, ct], INF)
-            prices = np.where(fits[:, None], prices, INF)
+            prices = np.where(zm[None, :], ix.price[rows, :, ct], INF)
             if np.isfinite(prices).any():
+                # the first cheapest in (type, zone) order, as over all types with the others priced out
                 ti, zi = np.unravel_index(int(np.argmin(prices)), prices.shape)
-                best = (float(prices[ti, zi]), int(ti), int(zi), ct)
+                best = (float(prices[ti, zi]), int(rows[ti]), int(zi), ct)
                 break
-        options: list[InstanceType] = ix.types_array[fits].tolist()
+        options: list[InstanceType] = ix.types_array[rows].tolist()
         if best is None:
             return PlannedNodeClaim(ix.pool.name, self.requirements, options, None, "", "", 0.0, self.pods, self.name)
         price, t, z, ct = best

@@ -235,8 +235,12 @@ class Scheduler:
         memory-heavy pods, stranding the other resource on both. Placing a proportional slice of every class per round
         gives each node the workload's overall mix, which is what keeps the plan near the lower bound."""
         demand = np.zeros(len(self.resources))
+        sizes: dict[object, tuple[Pod, int]] = {}
         for p in pods:
-            demand += self._vec(p.requests)
+            first, n = sizes.get(p.class_key, (p, 0))
+            sizes[p.class_key] = (first, n + 1)
+        for first, n in sizes.values():  # a class's pods request the same
+            demand += self._vec(first.requests) * n
         biggest = np.zeros(len(self.resources))
         for ix in self.indexes:
             if len(ix.types):

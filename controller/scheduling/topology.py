@@ -103,6 +103,10 @@ class Topology:
         self.inverse: dict[tuple[object, ...], InverseGroup] = {}
         self._universe: dict[tuple[object, ...], frozenset[str]] = {}
         self._matching: dict[object, list[TopologyGroup]] = {}  # per pod class: the groups that count its pods
+        # requirements options() builds again and again, kept so that it hands out the same objects (whose
+        # describe() and key() are cached) for the same domain: `key In [domain]`, and a view's term narrowed to it
+        self._pins: dict[tuple[str, str], Requirement] = {}
+        self._narrowed: dict[tuple[int, Requirement], tuple[Requirements, Requirements]] = {}
 
     # ---- counting ----------------------------------------------------------------------------------------------
     def group(self, selector: LabelSelector, namespaces: frozenset[str], key: str,
@@ -121,7 +125,11 @@ class Topology:
 
     def register(self, pods: list[Pod]) -> None:
         """Create the groups the pods' spread constraints and (anti-)affinity terms count in."""
+        seen: set[object] = set()
         for p in pods:
+            if p.class_key in seen:
+                continue  # a class's pods share their constraints and namespace
+            seen.add(p.class_key)
             for c in p.spread:
                 self.spread_group(p, c)
             for t in (*p.affinity, *p.anti_affinity, *(t for _, t in p.preferred_affinity),
@@ -161,6 +169,22 @@ class Topology:
                 ig.possible[d] += n
 
     # ---- domains -----------------------------------------------------------------------------------------------
+    def _pin(self, key: str, domain: str) -> Requirement:
+        """`key In [domain]` (one shared object per key and domain)."""
+        r = self._pins.get((key, domain))
+        if r is None:
+            r = self._pins[(key, domain)] = Requirement(key, False, frozenset([domain]))
+        return r
+
+    def _narrow(self, reqs: Requirements, r: Requirement) -> Requirements:
+        """reqs narrowed by r; the same object each time for the same reqs object and r."""
+        hit = self._narrowed.get((id(reqs), r))
+        if hit is not None and hit[0] is reqs:
+            return hit[1]
+        out = reqs.intersect(Requirements([r]))
+        self._narrowed[(id(reqs), r)] = (reqs, out)  # holding reqs keeps its id from being reused
+        return out
+
     def compatible_pools(self, view: View, term: Requirements) -> list[InstanceTypeIndex]:
         """Pools that could take the pod at all: ready, taints tolerated, requirements compatible."""
         return [ix for ix in self.indexes if ix.admits(view.tolerations, term)]
@@ -279,7 +303,7 @@ class Topology:
                 reach = self._reachable(view, reqs, t.topology_key, req)
                 if not reach:
                     return [], f"pod affinity on {t.topology_key}: no domain the pod can reach"
-                choices.append([(Requirement(t.topology_key, False, frozenset([d])), UNBOUNDED) for d in reach])
+                choices.append([(self._pin(t.topology_key, d), UNBOUNDED) for d in reach])
         for c in view.spread:
             if c.topology_key == L.HOSTNAME:
                 if c.selector.matches(proto.labels):
@@ -303,13 +327,12 @@ class Topology:
             opts = []
             for d in within:
                 if not me:
-                    opts.append((Requirement(c.topology_key, False, frozenset([d])), UNBOUNDED))
+                    opts.append((self._pin(c.topology_key, d), UNBOUNDED))
                     continue
                 # how many can go to d before the skew to the lowest other eligible domain passes maxSkew
                 others = [counts[e] for e in eligible if e != d]
                 floor = 0 if too_few else (min(others) if others else UNBOUNDED)
-                opts.append((Requirement(c.topology_key, False, frozenset([d])),
-                             max(1, floor + c.max_skew - counts[d])))
+                opts.append((self._pin(c.topology_key, d), max(1, floor + c.max_skew - counts[d])))
             choices.append(opts)
         out = []
         for combo in itertools.islice(itertools.product(*choices), MAX_OPTIONS):
@@ -317,7 +340,7 @@ class Topology:
             k = total
             keys = set(touched)
             for requirement, n in combo:
-                r = r.intersect(Requirements([requirement]))
+                r = self._narrow(r, requirement)
                 k = min(k, n)
                 keys.add(requirement.key)
             if all(_some_domain(r.get(key)) for key in keys):
