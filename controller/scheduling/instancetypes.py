@@ -69,6 +69,7 @@ class InstanceTypeIndex:
         self._offered: dict[bytes, np.ndarray] = {}
         self._ports_ok: dict[frozenset[tuple[str, str, int]], np.ndarray] = {}
         self.all_mask = np.ones(n, dtype=bool) & (self.free0 >= 0).all(axis=1)
+        self._cheapest: dict[tuple[bytes, int], tuple[np.ndarray, np.ndarray]] = {}
 
     def _daemon_groups(self, daemonsets: list[Pod]) -> None:
         """Karpenter's DaemonSet overhead groups: per instance type, the DaemonSets whose own pod spec can land on it
@@ -202,6 +203,19 @@ class InstanceTypeIndex:
             sub = self.price[:, zm][:, :, cm]
             avail = self._offered[key] = np.asarray((sub < INF).any(axis=(1, 2)))
         return mask & avail
+
+    def cheapest_offers(self, zm: np.ndarray, ct: int) -> tuple[np.ndarray, np.ndarray]:
+        """Per type, its cheapest price of capacity type ct in the zones zm allows (inf when none) and the first zone
+        with that price (shared arrays: read, never write)."""
+        key = (zm.tobytes(), ct)
+        hit = self._cheapest.get(key)
+        if hit is None:
+            prices = np.where(zm[None, :], self.price[:, :, ct], INF)
+            zone = prices.argmin(axis=1) if prices.size else np.zeros(len(self.types), dtype=np.int64)
+            best = prices[np.arange(len(self.types)), zone] if prices.size else np.full(len(self.types), INF)
+            best.flags.writeable = zone.flags.writeable = False
+            hit = self._cheapest[key] = (best, zone)
+        return hit
 
     def admits(self, tolerations: tuple[Toleration, ...], term: Requirements) -> bool:
         """Whether a pod with these tolerations and node requirements could use the pool at all: ready, taints

@@ -13,10 +13,13 @@ import numpy as np
 
 from controller.api import labels as L
 from controller.catalog.types import InstanceType
-from controller.scheduling.instancetypes import CAPACITY_TYPES, INF, InstanceTypeIndex, column_max, fit_count, holds
+from controller.scheduling.instancetypes import CAPACITY_TYPES, InstanceTypeIndex, column_max, fit_count, holds
 from controller.scheduling.pod import AffinityTerm, Pod
 from controller.scheduling.requirements import Requirements
 from controller.scheduling.types import Taint
+
+FEW = 64  # room() tests "takes all `want` pods" by comparison up to this many pods ...
+NO_OVERFLOW = 1 << 56  # ... and requests below this (want x request stays within int64)
 
 
 @dataclass
@@ -95,10 +98,12 @@ class NodeClaim(Bin):
         super().__init__(name, requirements, taints, used)
         self.index = index
         self.mask = mask
+        # the last room() answer (pod requirements, host ports, the NodeClaim's requirements with them, the types
+        # considered, their fit counts or which of them take `want` pods, want), for the add() that follows it
         self._room: tuple[Requirements, frozenset[tuple[str, str, int]], Requirements, np.ndarray,
-                          np.ndarray] | None = None
+                          np.ndarray | None, np.ndarray | None, int] | None = None
         if fit is not None:
-            self._room = (fit[0], fit[1], requirements, fit[2], fit[3])
+            self._room = (fit[0], fit[1], requirements, fit[2], fit[3], None, 0)
         self._slack: np.ndarray | None = None  # room on the cheapest type that fits, while the pods do not change
         # the types of mask as indexes, the free room on each and its per-resource maximum, while the mask does not
         # change: most adds leave every type in (the types are far larger than a pod), so these are computed once
@@ -162,8 +167,15 @@ class NodeClaim(Bin):
             merged, mask, rows, free = hit
         if not rows.size:
             return 0
+        if want <= FEW and not ix.has_min_values and req.max() < NO_OVERFLOW:
+            # usually some type takes all `want` pods: one comparison per type, no division (the types that take
+            # them are those whose fit count reaches want, as types keep at least the used resources free)
+            took = holds(free, self.used + req * want)
+            if took.any():
+                self._room = (reqs, ports, merged, rows, None, took, want)
+                return want
         k = fit_count(free - self.used[None, :], req)
-        self._room = (reqs, ports, merged, rows, k)  # add() of the same pods narrows the mask from these
+        self._room = (reqs, ports, merged, rows, k, None, 0)  # add() of the same pods narrows the mask from these
         return min(want, ix.min_values_cap(mask, k, merged))
 
     def slack(self) -> np.ndarray:
@@ -197,13 +209,18 @@ class NodeClaim(Bin):
         self._room = None
         if last is not None and last[0] is reqs and last[1] == ports:
             # room() was just asked for these requirements: the types left are those that held n more pods
-            _, _, merged, rows, k = last
+            _, _, merged, rows, k, took, want = last
+            if took is not None and len(pods) == want:
+                keep = rows[took]
+            else:
+                if k is None:
+                    k = fit_count(self.index.free0[rows] - self.used[None, :], req)
+                keep = rows[k >= len(pods)]
             self.used = self.used + req * len(pods)
             if merged is not self.requirements:
                 self.requirements = merged
                 self._labels = None
                 self._narrowed.clear()
-            keep = rows[k >= len(pods)]
             if keep.size != self._rows.size:  # keep is within rows, within the mask: equal sizes, same types
                 mask = np.zeros_like(self.mask)
                 mask[keep] = True
@@ -237,11 +254,13 @@ class NodeClaim(Bin):
         for ct in (0, 1, 2):  # spot, on-demand, reserved: Karpenter launches spot when the NodeClaim allows it
             if not cm[ct]:
                 continue
-            prices = np.where(zm[None, :], ix.price[rows, :, ct], INF)
-            if np.isfinite(prices).any():
-                # the first cheapest in (type, zone) order, as over all types with the others priced out
-                ti, zi = np.unravel_index(int(np.argmin(prices)), prices.shape)
-                best = (float(prices[ti, zi]), int(rows[ti]), int(zi), ct)
+            prices, zones = ix.cheapest_offers(zm, ct)
+            prices = prices[rows]
+            if rows.size and np.isfinite(prices).any():
+                # the first cheapest (type, zone) in type then zone order: the first type at the lowest price, in
+                # the first zone at its price
+                ti = int(rows[int(np.argmin(prices))])
+                best = (float(ix.price[ti, zones[ti], ct]), ti, int(zones[ti]), ct)
                 break
         options: list[InstanceType] = ix.types_array[rows].tolist()
         if best is None:

@@ -494,14 +494,18 @@ class Scheduler:
         for c in self.new_bins:
             plan.node_claims.append(c.launch())
         plan.cost_per_hour = round(sum(c.price_per_hour for c in plan.node_claims), 6)
-        if not with_bound:
-            return
+        if with_bound:
+            plan.lower_bound_per_hour = self.lower_bound(plan)
+
+    def lower_bound(self, plan: Plan) -> float:
+        """The LP lower bound on the hourly cost of the new capacity `plan` (this Scheduler's last solve) launches:
+        what solve(..., lower_bound=True) sets, asked for separately so that it can be timed apart from the solve."""
         from controller.scheduling.lower_bound import lower_bound  # scipy: only when the bound is asked for
 
         placed = [p for c in plan.node_claims for p in c.pods]
         by_id = {id(ix): ix for ix in self.indexes}
         pools_of = {k: [by_id[i] for i in ids] for k, ids in self._class_pools.items()}
-        plan.lower_bound_per_hour = round(lower_bound(placed, pools_of, self.indexes, self.resources), 6)
+        return round(lower_bound(placed, pools_of, self.indexes, self.resources), 6)
 
 
 def _left(remaining: dict[str, int]) -> str:
