@@ -110,6 +110,7 @@ class NodeClaim(Bin):
         self._rows = np.flatnonzero(mask) if types is None else types[0]
         self._free: np.ndarray | None = None if types is None else types[1]
         self._top: np.ndarray | None = None if types is None else types[2]
+        self._bottom: np.ndarray | None = None  # the per-resource minimum, likewise
         # per pod requirements and host ports: what room() narrows the NodeClaim to, while mask and requirements hold
         self._narrowed: dict[tuple[object, ...], tuple[Requirements, np.ndarray, np.ndarray, np.ndarray]] = {}
         self._labels: dict[str, str] | None = None  # labels(), while the requirements do not change
@@ -119,7 +120,7 @@ class NodeClaim(Bin):
         """Narrow the types to mask (rows: its True entries)."""
         self.mask = mask
         self._rows = rows
-        self._free = self._top = None
+        self._free = self._top = self._bottom = None
         self._narrowed.clear()
 
     def _types_free(self) -> np.ndarray:
@@ -127,6 +128,13 @@ class NodeClaim(Bin):
         if self._free is None:
             self._free = self.index.free0[self._rows]
         return self._free
+
+    def _floor(self) -> np.ndarray:
+        """Per resource, the least free room on an empty node among the types still in the mask (not empty)."""
+        if self._bottom is None:
+            free = self._types_free()
+            self._bottom = np.array([free[:, j].min() for j in range(free.shape[1])], dtype=free.dtype)
+        return self._bottom
 
     def free_upper_bound(self) -> np.ndarray:
         if not self._rows.size:
@@ -169,8 +177,13 @@ class NodeClaim(Bin):
             return 0
         if want <= FEW and not ix.has_min_values and req.max() < NO_OVERFLOW:
             # usually some type takes all `want` pods: one comparison per type, no division (the types that take
-            # them are those whose fit count reaches want, as types keep at least the used resources free)
-            took = holds(free, self.used + req * want)
+            # them are those whose fit count reaches want, as types keep at least the used resources free); and
+            # usually every type does, which the smallest room among the NodeClaim's types tells at once
+            need = self.used + req * want
+            if (need <= self._floor()).all():
+                self._room = (reqs, ports, merged, rows, None, None, want)
+                return want
+            took = holds(free, need)
             if took.any():
                 self._room = (reqs, ports, merged, rows, None, took, want)
                 return want
@@ -210,8 +223,8 @@ class NodeClaim(Bin):
         if last is not None and last[0] is reqs and last[1] == ports:
             # room() was just asked for these requirements: the types left are those that held n more pods
             _, _, merged, rows, k, took, want = last
-            if took is not None and len(pods) == want:
-                keep = rows[took]
+            if k is None and len(pods) == want:
+                keep = rows if took is None else rows[took]  # None: every type took them
             else:
                 if k is None:
                     k = fit_count(self.index.free0[rows] - self.used[None, :], req)

@@ -36,7 +36,7 @@ from controller.scheduling.topology import Topology
 from controller.scheduling.types import ExistingNode, SchedNodePool, untolerated
 
 MAX_ROUNDS = 256
-CHUNK = 32  # bins listed at a time when looking for the first that fits
+WINDOW = 256  # bins tested at a time when looking for the first that fits
 MAX_RETRY_PASSES = 32  # Karpenter retries while it makes progress, bounded by its solve timeout; this bounds it too
 BASE_RESOURCES = (CPU, MEMORY, PODS)
 NODES = "nodes"  # a NodePool limit on the number of nodes, counted in its usage (status.resources) too
@@ -323,13 +323,11 @@ class Scheduler:
                       reqs.describe())
         start = self._cursor.get(cursor_key, 0)
         done = 0
-        # 1. existing nodes and open NodeClaims: one vector test over every bin's free-capacity upper bound (and the
-        # hostname counts) leaves only bins that might fit
+        # 1. existing nodes and open NodeClaims: vector tests over the bins' free capacity (and the hostname counts)
+        # leave only bins that might fit. First the bins whose launch type still has room for the pod (filling them
+        # costs nothing: the room on that type is within the bin's free-capacity upper bound), then first fit.
         nb = len(self.bins)
-        fits = holds(self._maxfree[start:nb], req)
-        room = self.topology.hostname_room(view, fits, start)
-        # first the bins whose launch type still has room for the pod (filling them costs nothing), then first fit
-        in_slack = room & holds(self._slack[start:nb], req)
+        in_slack = self.topology.hostname_room(view, holds(self._slack[start:nb], req), start)
         slack_bins = np.flatnonzero(in_slack)
         if slack_bins.size:
             slack_bins += start
@@ -341,10 +339,14 @@ class Scheduler:
                     done += n
                     if done >= want:
                         return done
-        candidates = np.flatnonzero(room & ~in_slack)
         settled = False
-        for chunk in range(0, candidates.size, CHUNK):  # usually the first bins take the pods: list a few at a time
-            for i in (candidates[chunk:chunk + CHUNK] + start).tolist():
+        first = start
+        for lo in range(first, nb, WINDOW):  # usually the first bins take the pods: test a window at a time
+            # bins past the ones just filled are as they were before the slack pass: testing them now is the same
+            hi = min(nb, lo + WINDOW)
+            room = self.topology.hostname_room(view, holds(self._maxfree[lo:hi], req), lo)
+            room &= ~in_slack[lo - first:hi - first]
+            for i in (np.flatnonzero(room) + lo).tolist():
                 b = self.bins[i]
                 n = self._fits(b, view, reqs, req, min(want - done, cap))
                 if not n:
