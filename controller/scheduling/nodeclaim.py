@@ -113,6 +113,7 @@ class NodeClaim(Bin):
         self._bottom: np.ndarray | None = None  # the per-resource minimum, likewise
         # per pod requirements and host ports: what room() narrows the NodeClaim to, while mask and requirements hold
         self._narrowed: dict[tuple[object, ...], tuple[Requirements, np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._compatible: dict[tuple[object, ...], str | None] = {}  # incompatibility(), while the requirements hold
         self._labels: dict[str, str] | None = None  # labels(), while the requirements do not change
         self.maxfree = self.free_upper_bound()
 
@@ -150,7 +151,11 @@ class NodeClaim(Bin):
         return self._labels
 
     def incompatibility(self, reqs: Requirements) -> str | None:
-        return self.requirements.incompatibility(reqs)
+        key = reqs.key()
+        if key in self._compatible:
+            return self._compatible[key]
+        why = self._compatible[key] = self.requirements.incompatibility(reqs)
+        return why
 
     def room(self, reqs: Requirements, req: np.ndarray, want: int,
              ports: frozenset[tuple[str, str, int]] = frozenset()) -> int:
@@ -234,6 +239,7 @@ class NodeClaim(Bin):
                 self.requirements = merged
                 self._labels = None
                 self._narrowed.clear()
+                self._compatible.clear()
             if keep.size != self._rows.size:  # keep is within rows, within the mask: equal sizes, same types
                 mask = np.zeros_like(self.mask)
                 mask[keep] = True
@@ -248,6 +254,7 @@ class NodeClaim(Bin):
         self._slack = None
         self._labels = None
         self._narrowed.clear()
+        self._compatible.clear()
         self.used = self.used + req * len(pods)
         self.requirements = self.requirements.intersect(reqs)
         zm, cm = ix.offer_masks(self.requirements)

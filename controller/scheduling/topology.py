@@ -93,6 +93,18 @@ class InverseGroup:
     possible: dict[str, int] = field(default_factory=lambda: defaultdict(int))
 
 
+@dataclass
+class _SpreadState:
+    """A spread constraint's group and domains under one required node-affinity term, as of `seen` counted domains."""
+
+    constraint: SpreadConstraint
+    strict: Requirements
+    group: TopologyGroup
+    seen: int = -1
+    domains: list[str] = field(default_factory=list)
+    eligible: list[str] = field(default_factory=list)
+
+
 class Topology:
     """The topology groups of one solve and the domains pods may take."""
 
@@ -107,6 +119,7 @@ class Topology:
         # describe() and key() are cached) for the same domain: `key In [domain]`, and a view's term narrowed to it
         self._pins: dict[tuple[str, str], Requirement] = {}
         self._narrowed: dict[tuple[int, Requirement], tuple[Requirements, Requirements]] = {}
+        self._spreads: dict[tuple[int, int], _SpreadState] = {}
 
     # ---- counting ----------------------------------------------------------------------------------------------
     def group(self, selector: LabelSelector, namespaces: frozenset[str], key: str,
@@ -247,6 +260,22 @@ class Topology:
         found.update(d for d, n in g.counts.items() if n > 0)
         return sorted(found)
 
+    def _spread_state(self, view: View, c: SpreadConstraint, strict: Requirements) -> tuple[
+            TopologyGroup, list[str], list[str]]:
+        """Spread constraint c's group, its domains and those the pod's required node affinity (strict) allows.
+        Kept per constraint and term until the group counts a new domain (a group's domains only ever grow)."""
+        ck = (id(c), id(strict))
+        st = self._spreads.get(ck)
+        if st is None or st.constraint is not c or st.strict is not strict:  # holding both keeps their ids unique
+            st = self._spreads[ck] = _SpreadState(c, strict, self.spread_group(view.pod, c))
+        g = st.group
+        if st.seen != len(g.counts):
+            st.seen = len(g.counts)
+            st.domains = self._spread_domains(view, c, g, strict)
+            pod_domains = strict.get(c.topology_key) if c.node_affinity_policy == "Honor" else None
+            st.eligible = [d for d in st.domains if pod_domains is None or pod_domains.has(d)]
+        return g, st.domains, st.eligible
+
     def options(self, view: View, term: Requirements, strict: Requirements, req: np.ndarray) -> tuple[
             list[tuple[Requirements, int, int]], str]:
         """The ways the pod's topology constraints let it go right now: (requirements with a domain, most pods of
@@ -309,10 +338,7 @@ class Topology:
                 if c.selector.matches(proto.labels):
                     cap = min(cap, c.max_skew)
                 continue
-            g = self.spread_group(proto, c)
-            domains = self._spread_domains(view, c, g, strict)
-            pod_domains = strict.get(c.topology_key) if c.node_affinity_policy == "Honor" else None
-            eligible = [d for d in domains if pod_domains is None or pod_domains.has(d)]
+            g, domains, eligible = self._spread_state(view, c, strict)
             counts = {d: g.counts.get(d, 0) for d in domains}
             too_few = bool(c.min_domains) and len(eligible) < (c.min_domains or 0)
             low = 0 if too_few or not eligible else min(counts[d] for d in eligible)
