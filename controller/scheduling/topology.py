@@ -80,9 +80,12 @@ class TopologyGroup:
         return pod.namespace in self.namespaces and self.selector.matches(pod.labels)
 
     def per_bin(self, n: int) -> np.ndarray:
-        """Counts of the first n bins (hostname groups)."""
+        """Counts of the first n bins (hostname groups), as a view: read, never write. The array grows (doubling)
+        rather than being padded on every call, as the bins outnumber the ones counted so far."""
         a = self.by_bin
-        return a[:n] if len(a) >= n else np.concatenate([a, np.zeros(n - len(a), dtype=a.dtype)])
+        if len(a) < n:
+            a = self.by_bin = np.concatenate([a, np.zeros(max(n, 2 * len(a)) - len(a), dtype=a.dtype)])
+        return a[:n]
 
 
 @dataclass
