@@ -113,7 +113,10 @@ class NodeClaim(Bin):
         self._bottom: np.ndarray | None = None  # the per-resource minimum, likewise
         # per pod requirements and host ports: what room() narrows the NodeClaim to, while mask and requirements hold
         self._narrowed: dict[tuple[object, ...], tuple[Requirements, np.ndarray, np.ndarray, np.ndarray]] = {}
-        self._compatible: dict[tuple[object, ...], str | None] = {}  # incompatibility(), while the requirements hold
+        # per pod requirements, while the NodeClaim's requirements hold: incompatibility(), and the NodeClaim's
+        # requirements with the pod's (what room() narrows to, whatever the types)
+        self._compatible: dict[tuple[object, ...], str | None] = {}
+        self._merged: dict[tuple[object, ...], Requirements] = {}
         self._labels: dict[str, str] | None = None  # labels(), while the requirements do not change
         self.maxfree = self.free_upper_bound()
 
@@ -167,9 +170,13 @@ class NodeClaim(Bin):
             ck = (reqs.key(), ports)
             hit = self._narrowed.get(ck)
             if hit is None:
-                merged = self.requirements.intersect(reqs)
-                if merged.key() == self.requirements.key():
-                    merged = self.requirements  # nothing new: keep the NodeClaim's own (an add then changes nothing)
+                known = self._merged.get(ck[0])
+                if known is None:
+                    known = self.requirements.intersect(reqs)
+                    if known.key() == self.requirements.key():
+                        known = self.requirements  # nothing new: keep the NodeClaim's own (an add changes nothing)
+                    self._merged[ck[0]] = known
+                merged = known
                 zm, cm = ix.offer_masks(merged)
                 mask = ix.offered(self.mask & ix.mask(reqs), zm, cm)
                 if ports:
@@ -240,6 +247,7 @@ class NodeClaim(Bin):
                 self._labels = None
                 self._narrowed.clear()
                 self._compatible.clear()
+                self._merged.clear()
             if keep.size != self._rows.size:  # keep is within rows, within the mask: equal sizes, same types
                 mask = np.zeros_like(self.mask)
                 mask[keep] = True
@@ -255,6 +263,7 @@ class NodeClaim(Bin):
         self._labels = None
         self._narrowed.clear()
         self._compatible.clear()
+        self._merged.clear()
         self.used = self.used + req * len(pods)
         self.requirements = self.requirements.intersect(reqs)
         zm, cm = ix.offer_masks(self.requirements)

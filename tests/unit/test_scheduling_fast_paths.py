@@ -131,6 +131,30 @@ def test_a_nodeclaim_keeps_every_narrowing_its_pods_made():
     assert c.requirements.get("karpenter.sh/capacity-type") is not None
 
 
+def test_a_nodeclaim_narrowed_to_one_team_turns_away_the_other():
+    """A pool for teams a and b (a label no instance type carries): a team-b pod kept off the first NodeClaim only by
+    its first pod's anti-affinity is judged compatible with it, a team-a pod then narrows it to team a, and a small
+    team-b pod must go elsewhere, whatever the NodeClaim answered before."""
+
+    def team(name: str, cpu: str, value: str | None, away_from: str | None = None) -> Any:
+        spec: dict[str, Any] = {"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]}
+        if value:
+            spec["nodeSelector"] = {"team": value}
+        if away_from:
+            spec["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": away_from}}}]}}
+        return pod_from_dict({"metadata": {"name": name, "namespace": "default", "labels": {"app": name}},
+                              "spec": spec})
+
+    teams = Requirements.from_node_selector_requirements([{"key": "team", "operator": "In", "values": ["a", "b"]}])
+    pool = SchedNodePool("default", 0, teams, [], [], {}, None, {}, benchmark_instance_types(16))
+    plan = Scheduler([pool]).solve([team("a", "8", None, away_from="y"), team("y", "2", "b"), team("x", "1", "a"),
+                                    team("y2", "500m", "b")])
+    assert [[p.name for p in c.pods] for c in plan.node_claims] == [["a", "x"], ["y", "y2"]]
+    assert [c.requirements.get("team") for c in plan.node_claims] == [
+        Requirements.from_labels({"team": "a"}).get("team"), Requirements.from_labels({"team": "b"}).get("team")]
+
+
 def test_the_lower_bound_asked_apart_is_the_solves():
     bench = _benchmark()
     pods = [pod_from_dict(d) for d in bench.make_pods(300, "diverse")]
