@@ -319,8 +319,8 @@ class Scheduler:
         counts must be looked at again. Bins only fill up, so one rejected for this class and requirements stays so.
         """
         want = len(pods)
-        cursor_key = (view.pod.class_key, len(view.spread), len(view.affinity), len(view.anti_affinity),
-                      reqs.describe())
+        cursor_key: tuple[object, ...] = (view.pod.class_key, len(view.spread), len(view.affinity),
+                                          len(view.anti_affinity), reqs.describe())
         start = self._cursor.get(cursor_key, 0)
         done = 0
         # 1. existing nodes and open NodeClaims: vector tests over the bins' free capacity (and the hostname counts)
@@ -372,12 +372,41 @@ class Scheduler:
         for ix in self.indexes:
             n, why = self._open(ix, view, reqs, req, min(want, cap), pods)
             if n:
+                if n < want and self._alone(view):
+                    n = self._open_more(view, reqs, req, cap, pods, n, cursor_key)
                 return n
             pool_reasons.append(f'nodepool "{ix.pool.name}": {why}')
         if not self.indexes:
             pool_reasons.append("no NodePool")
         reasons.append("; ".join(pool_reasons) if pool_reasons else "no capacity")
         return 0
+
+    @staticmethod
+    def _alone(view: View) -> bool:
+        """Whether each pod of the view needs a node no other pod of its class is on (a required hostname
+        anti-affinity term that selects the pod itself) and has no topology constraint but hostname ones: then while
+        its class is placed, its topology options stay as they are and every bin opened for it stays closed to it."""
+        pod = view.pod
+        return (not view.affinity and all(c.topology_key == L.HOSTNAME for c in view.spread)
+                and all(t.topology_key == L.HOSTNAME for t in view.anti_affinity)
+                and any(t.selects(pod.namespace, pod.labels) for t in view.anti_affinity))
+
+    def _open_more(self, view: View, reqs: Requirements, req: np.ndarray, cap: int, pods: list[Pod], placed: int,
+                   cursor_key: tuple[object, ...]) -> int:
+        """After a NodeClaim was opened for the first `placed` of pods (a view that is _alone), open NodeClaims for the
+        rest as their own placements would: each would find only the bins opened since, all closed to it, and open
+        one from the first NodeClaim pool that can (the pools are asked again each time). Stops where none can;
+        returns how many are placed."""
+        while placed < len(pods):
+            for ix in self.indexes:
+                n, _ = self._open(ix, view, reqs, req, min(len(pods) - placed, cap), pods[placed:])
+                if n:
+                    break
+            else:
+                break
+            placed += n
+            self._cursor[cursor_key] = len(self.bins) - 1  # where the next placement would have started looking
+        return placed
 
     def _fits(self, b: Bin, view: View, reqs: Requirements, req: np.ndarray, want: int) -> int:
         """How many of the class's pods bin b can take now (0 when none). Callers pass only bins whose free-capacity

@@ -155,6 +155,53 @@ def test_a_nodeclaim_narrowed_to_one_team_turns_away_the_other():
         Requirements.from_labels({"team": "a"}).get("team"), Requirements.from_labels({"team": "b"}).get("team")]
 
 
+def _anti(name: str, app: str, away_from: str, cpu: str = "1") -> Any:
+    return pod_from_dict({"metadata": {"name": name, "namespace": "default", "labels": {"app": app}}, "spec": {
+        "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": away_from}}}]}},
+        "containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]}})
+
+
+def test_self_anti_affine_pods_open_one_nodeclaim_each_up_to_the_pool_limit():
+    """Five pods that repel each other per node, a pool capped at three nodes: three NodeClaims, one pod each,
+    opened in turn, and two pods left with the limit as the reason."""
+    capped = SchedNodePool("default", 0, Requirements(), [], [], {}, {"nodes": 3}, {}, benchmark_instance_types(16))
+    plan = Scheduler([capped]).solve([_anti(f"s{i}", "solo", "solo") for i in range(5)])
+    assert [[p.name for p in c.pods] for c in plan.node_claims] == [["s0"], ["s1"], ["s2"]]
+    assert [c.hostname for c in plan.node_claims] == ["default-00001", "default-00002", "default-00003"]
+    assert sorted(plan.unschedulable) == ["default/s3", "default/s4"]
+    assert all("limit of nodes" in why for why in plan.unschedulable.values())
+
+
+def test_self_anti_affine_pods_spread_over_zones_take_turns():
+    """One pod per node and a zone spread: each new NodeClaim goes to the zone with the fewest, not all to the
+    first zone chosen."""
+    pods = []
+    for i in range(3):
+        p = _anti(f"z{i}", "zoned", "zoned")
+        pods.append(pod_from_dict({"metadata": {"name": p.name, "namespace": "default", "labels": {"app": "zoned"}},
+                                   "spec": {"affinity": {"podAntiAffinity": {
+                                       "requiredDuringSchedulingIgnoredDuringExecution": [{
+                                           "topologyKey": "kubernetes.io/hostname",
+                                           "labelSelector": {"matchLabels": {"app": "zoned"}}}]}},
+                                       "topologySpreadConstraints": [{
+                                           "maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+                                           "whenUnsatisfiable": "DoNotSchedule",
+                                           "labelSelector": {"matchLabels": {"app": "zoned"}}}],
+                                       "containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]}}))
+    plan = Scheduler([_pool(16)]).solve(pods)
+    assert [([p.name for p in c.pods], c.zone) for c in plan.node_claims] == [
+        (["z0"], "test-zone-1"), (["z1"], "test-zone-2"), (["z2"], "test-zone-3")]
+
+
+def test_pods_repelling_another_app_share_a_nodeclaim():
+    """Hostname anti-affinity to another app does not keep a class's own pods apart: one NodeClaim for all three,
+    and the app they repel gets its own."""
+    plan = Scheduler([_pool(16)]).solve([_anti(f"w{i}", "web", "db") for i in range(3)] + [_anti("d", "db", "none",
+                                                                                                    cpu="500m")])
+    assert [[p.name for p in c.pods] for c in plan.node_claims] == [["w0", "w1", "w2"], ["d"]]
+
+
 def test_the_lower_bound_asked_apart_is_the_solves():
     bench = _benchmark()
     pods = [pod_from_dict(d) for d in bench.make_pods(300, "diverse")]
