@@ -252,8 +252,13 @@ def holds(free: np.ndarray, need: np.ndarray) -> np.ndarray:
 
 
 def column_max(free: np.ndarray) -> np.ndarray:
-    """free.max(axis=0) of a non-empty (n x resources) array, column by column (see fit_count)."""
-    return np.array([free[:, j].max() for j in range(free.shape[1])], dtype=free.dtype)
+    """free.max(axis=0) of a non-empty (n x resources) array, reduced along rows of its transpose (see fit_count)."""
+    return np.ascontiguousarray(free.T).max(axis=1)
+
+
+def column_min(free: np.ndarray) -> np.ndarray:
+    """free.min(axis=0) of a non-empty (n x resources) array, likewise."""
+    return np.ascontiguousarray(free.T).min(axis=1)
 
 
 def tolerates_prefer_no_schedule(tolerations: tuple[Toleration, ...]) -> bool:

@@ -13,7 +13,14 @@ import numpy as np
 
 from controller.api import labels as L
 from controller.catalog.types import InstanceType
-from controller.scheduling.instancetypes import CAPACITY_TYPES, InstanceTypeIndex, column_max, fit_count, holds
+from controller.scheduling.instancetypes import (
+    CAPACITY_TYPES,
+    InstanceTypeIndex,
+    column_max,
+    column_min,
+    fit_count,
+    holds,
+)
 from controller.scheduling.pod import AffinityTerm, Pod
 from controller.scheduling.requirements import Requirements
 from controller.scheduling.types import Taint
@@ -136,8 +143,7 @@ class NodeClaim(Bin):
     def _floor(self) -> np.ndarray:
         """Per resource, the least free room on an empty node among the types still in the mask (not empty)."""
         if self._bottom is None:
-            free = self._types_free()
-            self._bottom = np.array([free[:, j].min() for j in range(free.shape[1])], dtype=free.dtype)
+            self._bottom = column_min(self._types_free())
         return self._bottom
 
     def free_upper_bound(self) -> np.ndarray:

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from controller.catalog.synthetic import benchmark_instance_types
-from controller.scheduling.instancetypes import column_max, fit_count, holds
+from controller.scheduling.instancetypes import column_max, column_min, fit_count, holds
 from controller.scheduling.pod import pod_from_dict
 from controller.scheduling.requirements import Requirements
 from controller.scheduling.scheduler import Plan, Scheduler
@@ -69,6 +69,7 @@ def test_column_helpers_match_their_numpy_definitions(seed: int) -> None:
         assert fit_count(free, req).tolist() == expected.tolist()
         assert holds(free, req).tolist() == (free >= req[None, :]).all(axis=1).tolist()
     assert column_max(free).tolist() == free.max(axis=0).tolist()
+    assert column_min(free).tolist() == free.min(axis=0).tolist()
     assert fit_count(free[0], np.array([5, 5, 5, 5])).tolist() == [max(0, int((free[0] // 5).min()))]
 
 
