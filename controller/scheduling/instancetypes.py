@@ -127,6 +127,7 @@ class InstanceTypeIndex:
         self._offered: dict[bytes, np.ndarray] = {}
         self._ports_ok: dict[frozenset[tuple[str, str, int]], np.ndarray] = {}
         self.all_mask = np.ones(n, dtype=bool) & (self.free0 >= 0).all(axis=1)
+        self._cheapest: dict[tuple[bytes, int], tuple[np.ndarray, np.ndarray]] = {}
 
     def _daemon_groups(self, daemonsets: list[Pod]) -> None:
         """Karpenter's DaemonSet overhead groups: per instance type, the DaemonSets whose own pod spec can land on it
@@ -249,6 +250,19 @@ class InstanceTypeIndex:
             avail = self._offered[key] = np.asarray((sub < INF).any(axis=(1, 2)))
         return mask & avail
 
+    def cheapest_offers(self, zm: np.ndarray, ct: int) -> tuple[np.ndarray, np.ndarray]:
+        """Per type, its cheapest price of capacity type ct in the zones zm allows (inf when none) and the first zone
+        with that price (shared arrays: read, never write)."""
+        key = (zm.tobytes(), ct)
+        hit = self._cheapest.get(key)
+        if hit is None:
+            prices = np.where(zm[None, :], self.price[:, :, ct], INF)
+            zone = prices.argmin(axis=1) if prices.size else np.zeros(len(self.types), dtype=np.int64)
+            best = prices[np.arange(len(self.types)), zone] if prices.size else np.full(len(self.types), INF)
+            best.flags.writeable = zone.flags.writeable = False
+            hit = self._cheapest[key] = (best, zone)
+        return hit
+
     def admits(self, tolerations: tuple[Toleration, ...], term: Requirements) -> bool:
         """Whether a pod with these tolerations and node requirements could use the pool at all: ready, taints
         tolerated, requirements compatible."""
@@ -257,14 +271,40 @@ class InstanceTypeIndex:
 
 
 def fit_count(free: np.ndarray, req: np.ndarray) -> np.ndarray:
-    """For each row of free capacity, how many pods with req fit."""
+    """For each row of free capacity, how many pods with req fit (never below 0).
+
+    Column by column: numpy reduces an (n, few) int64 array along its short axis several times slower than it
+    divides and compares whole columns, and this runs for every placement."""
     if free.ndim == 1:
         free = free[None, :]
-    nz = req > 0
-    if not nz.any():
+    k: np.ndarray | None = None
+    for j, r in enumerate(req.tolist()):
+        if r > 0:  # divisors are positive: no division by zero
+            q = free[:, j] // r
+            k = q if k is None else np.minimum(k, q, out=q)
+    if k is None:
         return np.full(free.shape[0], 1 << 30)
-    k = np.floor_divide(free[:, nz], req[nz]).min(axis=1)  # divisors are positive: no division by zero
-    return np.maximum(k, 0)
+    return np.maximum(k, 0, out=k)
+
+
+def holds(free: np.ndarray, need: np.ndarray) -> np.ndarray:
+    """Rows of free (n x resources) with at least need in every resource; (free >= need).all(axis=1), column by
+    column for the reason fit_count gives."""
+    want = need.tolist()
+    m = free[:, 0] >= want[0]
+    for j in range(1, len(want)):
+        m &= free[:, j] >= want[j]
+    return m
+
+
+def column_max(free: np.ndarray) -> np.ndarray:
+    """free.max(axis=0) of a non-empty (n x resources) array, reduced along rows of its transpose (see fit_count)."""
+    return np.ascontiguousarray(free.T).max(axis=1)
+
+
+def column_min(free: np.ndarray) -> np.ndarray:
+    """free.min(axis=0) of a non-empty (n x resources) array, likewise."""
+    return np.ascontiguousarray(free.T).min(axis=1)
 
 
 def tolerates_prefer_no_schedule(tolerations: tuple[Toleration, ...]) -> bool:

@@ -13,10 +13,20 @@ import numpy as np
 
 from controller.api import labels as L
 from controller.catalog.types import InstanceType
-from controller.scheduling.instancetypes import CAPACITY_TYPES, INF, InstanceTypeIndex, fit_count
+from controller.scheduling.instancetypes import (
+    CAPACITY_TYPES,
+    InstanceTypeIndex,
+    column_max,
+    column_min,
+    fit_count,
+    holds,
+)
 from controller.scheduling.pod import AffinityTerm, Pod
 from controller.scheduling.requirements import Requirements
 from controller.scheduling.types import Taint
+
+FEW = 64  # room() tests "takes all `want` pods" by comparison up to this many pods ...
+NO_OVERFLOW = 1 << 56  # ... and requests below this (want x request stays within int64)
 
 
 @dataclass
@@ -87,26 +97,61 @@ class NodeClaim(Bin):
 
     def __init__(self, name: str, index: InstanceTypeIndex, requirements: Requirements, taints: list[Taint],
                  used: np.ndarray, mask: np.ndarray,
-                 fit: tuple[Requirements, frozenset[tuple[str, str, int]], np.ndarray, np.ndarray] | None = None
-                 ) -> None:
+                 fit: tuple[Requirements, frozenset[tuple[str, str, int]], np.ndarray, np.ndarray] | None = None,
+                 types: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> None:
         """fit: the pod requirements, host ports, types (indexes into mask's True entries) and per-type pod counts
-        the NodeClaim is opened for, so that its first add() needs no second fit test."""
+        the NodeClaim is opened for, so that its first add() needs no second fit test. types: mask's True entries,
+        their free room on an empty node and its per-resource maximum, when the caller knows them (read-only)."""
         super().__init__(name, requirements, taints, used)
         self.index = index
         self.mask = mask
+        # the last room() answer (pod requirements, host ports, the NodeClaim's requirements with them, the types
+        # considered, their fit counts or which of them take `want` pods, want), for the add() that follows it
         self._room: tuple[Requirements, frozenset[tuple[str, str, int]], Requirements, np.ndarray,
-                          np.ndarray] | None = None
+                          np.ndarray | None, np.ndarray | None, int] | None = None
         if fit is not None:
-            self._room = (fit[0], fit[1], requirements, fit[2], fit[3])
+            self._room = (fit[0], fit[1], requirements, fit[2], fit[3], None, 0)
         self._slack: np.ndarray | None = None  # room on the cheapest type that fits, while the pods do not change
-        self._rows: np.ndarray | None = None  # the types of mask, as indexes (after an add that knew them)
+        # the types of mask as indexes, the free room on each and its per-resource maximum, while the mask does not
+        # change: most adds leave every type in (the types are far larger than a pod), so these are computed once
+        self._rows = np.flatnonzero(mask) if types is None else types[0]
+        self._free: np.ndarray | None = None if types is None else types[1]
+        self._top: np.ndarray | None = None if types is None else types[2]
+        self._bottom: np.ndarray | None = None  # the per-resource minimum, likewise
+        # per pod requirements and host ports: what room() narrows the NodeClaim to, while mask and requirements hold
+        self._narrowed: dict[tuple[object, ...], tuple[Requirements, np.ndarray, np.ndarray, np.ndarray]] = {}
+        # per pod requirements, while the NodeClaim's requirements hold: incompatibility(), and the NodeClaim's
+        # requirements with the pod's (what room() narrows to, whatever the types)
+        self._compatible: dict[tuple[object, ...], str | None] = {}
+        self._merged: dict[tuple[object, ...], Requirements] = {}
         self._labels: dict[str, str] | None = None  # labels(), while the requirements do not change
         self.maxfree = self.free_upper_bound()
 
+    def _set_mask(self, mask: np.ndarray, rows: np.ndarray) -> None:
+        """Narrow the types to mask (rows: its True entries)."""
+        self.mask = mask
+        self._rows = rows
+        self._free = self._top = self._bottom = None
+        self._narrowed.clear()
+
+    def _types_free(self) -> np.ndarray:
+        """Free room on an empty node of each type still in the mask (free0 rows, cheapest first)."""
+        if self._free is None:
+            self._free = self.index.free0[self._rows]
+        return self._free
+
+    def _floor(self) -> np.ndarray:
+        """Per resource, the least free room on an empty node among the types still in the mask (not empty)."""
+        if self._bottom is None:
+            self._bottom = column_min(self._types_free())
+        return self._bottom
+
     def free_upper_bound(self) -> np.ndarray:
-        if not self.mask.any():
+        if not self._rows.size:
             return np.full_like(self.used, -1)
-        return self.index.free0[self.mask].max(axis=0) - self.used
+        if self._top is None:
+            self._top = column_max(self._types_free())
+        return self._top - self.used
 
     def labels(self) -> dict[str, str]:
         if self._labels is None:
@@ -115,30 +160,58 @@ class NodeClaim(Bin):
         return self._labels
 
     def incompatibility(self, reqs: Requirements) -> str | None:
-        return self.requirements.incompatibility(reqs)
+        key = reqs.key()
+        if key in self._compatible:
+            return self._compatible[key]
+        why = self._compatible[key] = self.requirements.incompatibility(reqs)
+        return why
 
     def room(self, reqs: Requirements, req: np.ndarray, want: int,
              ports: frozenset[tuple[str, str, int]] = frozenset()) -> int:
         ix = self.index
-        if not len(reqs) and not ports and self._rows is not None:
-            # nothing narrows the NodeClaim: the types left are its own
-            merged, mask, rows = self.requirements, self.mask, self._rows
+        if not len(reqs) and not ports:
+            # nothing narrows the NodeClaim: the types left are its own (its mask is within its offerings)
+            merged, mask, rows, free = self.requirements, self.mask, self._rows, self._types_free()
         else:
-            merged = self.requirements.intersect(reqs)
-            zm, cm = ix.offer_masks(merged)
-            mask = ix.offered(self.mask & ix.mask(reqs), zm, cm)
-            if ports:
-                mask = mask & ix.ports_ok(ports)  # types whose DaemonSets hold none of the pod's host ports
-            rows = np.flatnonzero(mask)
+            ck = (reqs.key(), ports)
+            hit = self._narrowed.get(ck)
+            if hit is None:
+                known = self._merged.get(ck[0])
+                if known is None:
+                    known = self.requirements.intersect(reqs)
+                    if known.key() == self.requirements.key():
+                        known = self.requirements  # nothing new: keep the NodeClaim's own (an add changes nothing)
+                    self._merged[ck[0]] = known
+                merged = known
+                zm, cm = ix.offer_masks(merged)
+                mask = ix.offered(self.mask & ix.mask(reqs), zm, cm)
+                if ports:
+                    mask = mask & ix.ports_ok(ports)  # types whose DaemonSets hold none of the pod's host ports
+                rows = np.flatnonzero(mask)
+                free = self._types_free() if rows.size == self._rows.size else ix.free0[rows]
+                hit = self._narrowed[ck] = (merged, mask, rows, free)
+            merged, mask, rows, free = hit
         if not rows.size:
             return 0
-        k = fit_count(ix.free0[rows] - self.used[None, :], req)
-        self._room = (reqs, ports, merged, rows, k)  # add() of the same pods narrows the mask from these
+        if want <= FEW and not ix.has_min_values and req.max() < NO_OVERFLOW:
+            # usually some type takes all `want` pods: one comparison per type, no division (the types that take
+            # them are those whose fit count reaches want, as types keep at least the used resources free); and
+            # usually every type does, which the smallest room among the NodeClaim's types tells at once
+            need = self.used + req * want
+            if (need <= self._floor()).all():
+                self._room = (reqs, ports, merged, rows, None, None, want)
+                return want
+            took = holds(free, need)
+            if took.any():
+                self._room = (reqs, ports, merged, rows, None, took, want)
+                return want
+        k = fit_count(free - self.used[None, :], req)
+        self._room = (reqs, ports, merged, rows, k, None, 0)  # add() of the same pods narrows the mask from these
         return min(want, ix.min_values_cap(mask, k, merged))
 
     def slack(self) -> np.ndarray:
         if self._slack is None:
-            rows = np.flatnonzero(self.mask)
+            rows = self._rows
             self._slack = self.index.free0[rows[0]] - self.used if rows.size else np.full_like(self.used, -1)
         return self._slack
 
@@ -167,32 +240,43 @@ class NodeClaim(Bin):
         self._room = None
         if last is not None and last[0] is reqs and last[1] == ports:
             # room() was just asked for these requirements: the types left are those that held n more pods
-            _, _, merged, rows, k = last
+            _, _, merged, rows, k, took, want = last
+            if k is None and len(pods) == want:
+                keep = rows if took is None else rows[took]  # None: every type took them
+            else:
+                if k is None:
+                    k = fit_count(self.index.free0[rows] - self.used[None, :], req)
+                keep = rows[k >= len(pods)]
             self.used = self.used + req * len(pods)
             if merged is not self.requirements:
                 self.requirements = merged
                 self._labels = None
-            keep = rows[k >= len(pods)]
-            self._rows = keep
-            self.mask = np.zeros_like(self.mask)
-            self.mask[keep] = True
+                self._narrowed.clear()
+                self._compatible.clear()
+                self._merged.clear()
+            if keep.size != self._rows.size:  # keep is within rows, within the mask: equal sizes, same types
+                mask = np.zeros_like(self.mask)
+                mask[keep] = True
+                self._set_mask(mask, keep)
             if keep.size:
-                free = ix.free0[keep]
-                self.maxfree = free.max(axis=0) - self.used
-                self._slack = free[0] - self.used  # types are ordered cheapest first
+                self.maxfree = self.free_upper_bound()
+                self._slack = ix.free0[keep[0]] - self.used  # types are ordered cheapest first
             else:
                 self.maxfree = self._slack = np.full_like(self.used, -1)
             self.pods.extend(pods)
             return
         self._slack = None
-        self._rows = None
         self._labels = None
+        self._narrowed.clear()
+        self._compatible.clear()
+        self._merged.clear()
         self.used = self.used + req * len(pods)
         self.requirements = self.requirements.intersect(reqs)
         zm, cm = ix.offer_masks(self.requirements)
-        self.mask = ix.offered(self.mask & ix.mask(reqs), zm, cm) & (ix.free0 >= self.used[None, :]).all(axis=1)
+        mask = ix.offered(self.mask & ix.mask(reqs), zm, cm) & holds(ix.free0, self.used)
         if ports:
-            self.mask &= ix.ports_ok(ports)
+            mask &= ix.ports_ok(ports)
+        self._set_mask(mask, np.flatnonzero(mask))
         self.maxfree = self.free_upper_bound()
         self.pods.extend(pods)
 
@@ -200,18 +284,20 @@ class NodeClaim(Bin):
         """The instance type and offering this NodeClaim would launch with: spot first if allowed, then cheapest."""
         ix = self.index
         zm, cm = ix.offer_masks(self.requirements)
-        fits = self.mask & (ix.free0 >= self.used[None, :]).all(axis=1)
+        rows = self._rows[holds(self._types_free(), self.used)]  # the types that hold the pods, cheapest first
         best: tuple[float, int, int, int] | None = None
         for ct in (0, 1, 2):  # spot, on-demand, reserved: Karpenter launches spot when the NodeClaim allows it
             if not cm[ct]:
                 continue
-            prices = np.where(zm[None, :], ix.price[:, :, ct], INF)
-            prices = np.where(fits[:, None], prices, INF)
-            if np.isfinite(prices).any():
-                ti, zi = np.unravel_index(int(np.argmin(prices)), prices.shape)
-                best = (float(prices[ti, zi]), int(ti), int(zi), ct)
+            prices, zones = ix.cheapest_offers(zm, ct)
+            prices = prices[rows]
+            if rows.size and np.isfinite(prices).any():
+                # the first cheapest (type, zone) in type then zone order: the first type at the lowest price, in
+                # the first zone at its price
+                ti = int(rows[int(np.argmin(prices))])
+                best = (float(ix.price[ti, zones[ti], ct]), ti, int(zones[ti]), ct)
                 break
-        options: list[InstanceType] = ix.types_array[fits].tolist()
+        options: list[InstanceType] = ix.types_array[rows].tolist()
         if best is None:
             return PlannedNodeClaim(ix.pool.name, self.requirements, options, None, "", "", 0.0, self.pods, self.name)
         price, t, z, ct = best

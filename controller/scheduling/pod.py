@@ -5,6 +5,7 @@ Pods with the same requests, labels and constraints share a `class_key`, so a Re
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -77,6 +78,43 @@ class AffinityTerm:
         return namespace in self.namespaces and self.selector.matches(labels)
 
 
+class ClassKey:
+    """A pod class's identity: what makes two pods interchangeable to the scheduler. Interned, so the pods of one
+    class share one object, whose hash is computed once: the scheduler looks classes up at every step, and hashing
+    or comparing the underlying tuple of constraints each time cost a tenth of a large solve."""
+
+    __slots__ = ("__weakref__", "_hash", "items")
+
+    def __init__(self, items: tuple[object, ...]) -> None:
+        self.items = items
+        self._hash = hash(items)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if not isinstance(other, ClassKey):
+            return NotImplemented
+        return self._hash == other._hash and self.items == other.items
+
+    def __repr__(self) -> str:
+        return f"ClassKey{self.items!r}"
+
+
+# the class keys of live pods (an entry goes with the last pod that holds it)
+_CLASS_KEYS: weakref.WeakValueDictionary[tuple[object, ...], ClassKey] = weakref.WeakValueDictionary()
+
+
+def class_key(items: tuple[object, ...]) -> ClassKey:
+    """The interned class key for these constraints."""
+    key = _CLASS_KEYS.get(items)
+    if key is None:
+        key = _CLASS_KEYS[items] = ClassKey(items)
+    return key
+
+
 @dataclass(slots=True)
 class Pod:
     """One pod to place (or already placed, on an existing node)."""
@@ -105,10 +143,11 @@ class Pod:
 
     def __post_init__(self) -> None:
         if self.class_key is None:
-            self.class_key = (self.namespace, tuple(sorted(self.labels.items())), tuple(sorted(self.requests.items())),
-                              tuple(repr(t) for t in self.node_terms), repr(self.preferred_node), self.tolerations,
-                              self.spread, self.affinity, self.anti_affinity, self.preferred_affinity,
-                              self.preferred_anti_affinity, self.host_ports)
+            self.class_key = class_key((
+                self.namespace, tuple(sorted(self.labels.items())), tuple(sorted(self.requests.items())),
+                tuple(repr(t) for t in self.node_terms), repr(self.preferred_node), self.tolerations, self.spread,
+                self.affinity, self.anti_affinity, self.preferred_affinity, self.preferred_anti_affinity,
+                self.host_ports))
 
 
 class PodError(ValueError):

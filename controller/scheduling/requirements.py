@@ -129,10 +129,13 @@ class Requirement:
 class Requirements:
     """A conjunction of requirements, one per key."""
 
-    __slots__ = ("_reqs",)
+    __slots__ = ("_describe", "_key", "_reqs")
 
     def __init__(self, reqs: Iterable[Requirement] = ()) -> None:
         self._reqs: dict[str, Requirement] = {}
+        # describe() and key(), kept until the requirements change: the scheduler uses them as cache keys
+        self._describe: str | None = None
+        self._key: tuple[Requirement, ...] | None = None
         for r in reqs:
             self.add(r)
 
@@ -151,11 +154,14 @@ class Requirements:
         """Narrow by one more requirement (intersecting with any on the same key)."""
         cur = self._reqs.get(req.key)
         self._reqs[req.key] = req if cur is None else cur.intersect(req)
+        self._describe = self._key = None
 
     def copy(self) -> Requirements:
         """A shallow copy (requirements themselves are immutable)."""
         out = Requirements()
         out._reqs = dict(self._reqs)
+        out._describe = self._describe
+        out._key = self._key
         return out
 
     def intersect(self, other: Requirements) -> Requirements:
@@ -164,6 +170,13 @@ class Requirements:
         for r in other:
             out.add(r)
         return out
+
+    def key(self) -> tuple[Requirement, ...]:
+        """The requirements as a hashable value (in the order their keys were added): equal keys, equal
+        requirements."""
+        if self._key is None:
+            self._key = tuple(self._reqs.values())
+        return self._key
 
     def get(self, key: str) -> Requirement | None:
         """The requirement on key, if any."""
@@ -209,7 +222,9 @@ class Requirements:
 
     def describe(self) -> str:
         """All requirements in human form."""
-        return ", ".join(r.describe() for r in self._reqs.values())
+        if self._describe is None:
+            self._describe = ", ".join(r.describe() for r in self._reqs.values())
+        return self._describe
 
     def __repr__(self) -> str:
         return f"Requirements({self.describe()})"

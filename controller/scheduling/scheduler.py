@@ -27,7 +27,7 @@ import numpy as np
 from controller.api import labels as L
 from controller.api.quantity import CPU, MEMORY, PODS, format_quantity
 from controller.scheduling.existingnode import ExistingNodeBin
-from controller.scheduling.instancetypes import InstanceTypeIndex, fit_count
+from controller.scheduling.instancetypes import InstanceTypeIndex, column_max, fit_count, holds
 from controller.scheduling.nodeclaim import Bin, NodeClaim, PlannedNodeClaim
 from controller.scheduling.pod import Pod
 from controller.scheduling.preferences import View, relaxed
@@ -36,7 +36,7 @@ from controller.scheduling.topology import Topology
 from controller.scheduling.types import ExistingNode, SchedNodePool, untolerated
 
 MAX_ROUNDS = 256
-CHUNK = 32  # bins listed at a time when looking for the first that fits
+WINDOW = 256  # bins tested at a time when looking for the first that fits
 MAX_RETRY_PASSES = 32  # Karpenter retries while it makes progress, bounded by its solve timeout; this bounds it too
 BASE_RESOURCES = (CPU, MEMORY, PODS)
 NODES = "nodes"  # a NodePool limit on the number of nodes, counted in its usage (status.resources) too
@@ -58,6 +58,35 @@ class Plan:
         if self.lower_bound_per_hour <= 0:
             return 0.0
         return (self.cost_per_hour - self.lower_bound_per_hour) / self.lower_bound_per_hour
+
+
+@dataclass
+class _Opening:
+    """A new NodeClaim for pods of one shape from one pool: its requirements, the most pods it takes (cap), the
+    types that could hold one (rows, cheapest first) with how many each holds (fit); or why none (why)."""
+
+    why: str
+    requirements: Requirements = field(default_factory=Requirements)
+    cap: int = 0
+    rows: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    fit: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    _after: dict[int, tuple[np.ndarray, ...]] = field(default_factory=dict)
+
+    def after(self, ix: InstanceTypeIndex, n: int) -> tuple[np.ndarray, ...]:
+        """The types left once n pods are in (as a mask and as rows), how many pods each held (k), their free room on
+        an empty node and its per-resource maximum: what the NodeClaim's first add would compute, once per n."""
+        hit = self._after.get(n)
+        if hit is None:
+            keep = self.fit >= n
+            rows, k = self.rows[keep], self.fit[keep]
+            mask = np.zeros(len(ix.types), dtype=bool)
+            mask[rows] = True
+            free = ix.free0[rows]
+            top = column_max(free)
+            for a in (mask, rows, k, free, top):
+                a.flags.writeable = False  # shared by every NodeClaim opened for this shape: read, never written
+            hit = self._after[n] = (mask, rows, k, free, top)
+        return hit
 
 
 class Scheduler:
@@ -87,6 +116,7 @@ class Scheduler:
         self._class_pools: dict[object, set[int]] = {}  # per class: the pools it could use (for the lower bound)
         self._views: dict[tuple[object, int], View | None] = {}  # per class and relaxation level
         self._req: dict[object, np.ndarray] = {}  # per class: its requests as a vector
+        self._openings: dict[tuple[object, ...], _Opening] = {}  # per pool and pod shape, for pools without limits
         self._names = 0
 
     # ---- setup -------------------------------------------------------------------------------------------------
@@ -116,6 +146,7 @@ class Scheduler:
         self._class_pools = {}
         self._views = {}
         self._req = {}
+        self._openings = {}
         self._names = 0
         for node in self.existing_nodes:
             used = self._vec({})
@@ -204,8 +235,12 @@ class Scheduler:
         memory-heavy pods, stranding the other resource on both. Placing a proportional slice of every class per round
         gives each node the workload's overall mix, which is what keeps the plan near the lower bound."""
         demand = np.zeros(len(self.resources))
+        sizes: dict[object, tuple[Pod, int]] = {}
         for p in pods:
-            demand += self._vec(p.requests)
+            first, n = sizes.get(p.class_key, (p, 0))
+            sizes[p.class_key] = (first, n + 1)
+        for first, n in sizes.values():  # a class's pods request the same
+            demand += self._vec(first.requests) * n
         biggest = np.zeros(len(self.resources))
         for ix in self.indexes:
             if len(ix.types):
@@ -284,17 +319,15 @@ class Scheduler:
         counts must be looked at again. Bins only fill up, so one rejected for this class and requirements stays so.
         """
         want = len(pods)
-        cursor_key = (view.pod.class_key, len(view.spread), len(view.affinity), len(view.anti_affinity),
-                      reqs.describe())
+        cursor_key: tuple[object, ...] = (view.pod.class_key, len(view.spread), len(view.affinity),
+                                          len(view.anti_affinity), reqs.describe())
         start = self._cursor.get(cursor_key, 0)
         done = 0
-        # 1. existing nodes and open NodeClaims: one vector test over every bin's free-capacity upper bound (and the
-        # hostname counts) leaves only bins that might fit
+        # 1. existing nodes and open NodeClaims: vector tests over the bins' free capacity (and the hostname counts)
+        # leave only bins that might fit. First the bins whose launch type still has room for the pod (filling them
+        # costs nothing: the room on that type is within the bin's free-capacity upper bound), then first fit.
         nb = len(self.bins)
-        fits = np.asarray((self._maxfree[start:nb] >= req[None, :]).all(axis=1))
-        room = self.topology.hostname_room(view, fits, start)
-        # first the bins whose launch type still has room for the pod (filling them costs nothing), then first fit
-        in_slack = room & np.asarray((self._slack[start:nb] >= req[None, :]).all(axis=1))
+        in_slack = self.topology.hostname_room(view, holds(self._slack[start:nb], req), start)
         slack_bins = np.flatnonzero(in_slack)
         if slack_bins.size:
             slack_bins += start
@@ -306,10 +339,14 @@ class Scheduler:
                     done += n
                     if done >= want:
                         return done
-        candidates = np.flatnonzero(room & ~in_slack)
         settled = False
-        for chunk in range(0, candidates.size, CHUNK):  # usually the first bins take the pods: list a few at a time
-            for i in (candidates[chunk:chunk + CHUNK] + start).tolist():
+        first = start
+        for lo in range(first, nb, WINDOW):  # usually the first bins take the pods: test a window at a time
+            # bins past the ones just filled are as they were before the slack pass: testing them now is the same
+            hi = min(nb, lo + WINDOW)
+            room = self.topology.hostname_room(view, holds(self._maxfree[lo:hi], req), lo)
+            room &= ~in_slack[lo - first:hi - first]
+            for i in (np.flatnonzero(room) + lo).tolist():
                 b = self.bins[i]
                 n = self._fits(b, view, reqs, req, min(want - done, cap))
                 if not n:
@@ -335,12 +372,41 @@ class Scheduler:
         for ix in self.indexes:
             n, why = self._open(ix, view, reqs, req, min(want, cap), pods)
             if n:
+                if n < want and self._alone(view):
+                    n = self._open_more(view, reqs, req, cap, pods, n, cursor_key)
                 return n
             pool_reasons.append(f'nodepool "{ix.pool.name}": {why}')
         if not self.indexes:
             pool_reasons.append("no NodePool")
         reasons.append("; ".join(pool_reasons) if pool_reasons else "no capacity")
         return 0
+
+    @staticmethod
+    def _alone(view: View) -> bool:
+        """Whether each pod of the view needs a node no other pod of its class is on (a required hostname
+        anti-affinity term that selects the pod itself) and has no topology constraint but hostname ones: then while
+        its class is placed, its topology options stay as they are and every bin opened for it stays closed to it."""
+        pod = view.pod
+        return (not view.affinity and all(c.topology_key == L.HOSTNAME for c in view.spread)
+                and all(t.topology_key == L.HOSTNAME for t in view.anti_affinity)
+                and any(t.selects(pod.namespace, pod.labels) for t in view.anti_affinity))
+
+    def _open_more(self, view: View, reqs: Requirements, req: np.ndarray, cap: int, pods: list[Pod], placed: int,
+                   cursor_key: tuple[object, ...]) -> int:
+        """After a NodeClaim was opened for the first `placed` of pods (a view that is _alone), open NodeClaims for the
+        rest as their own placements would: each would find only the bins opened since, all closed to it, and open
+        one from the first NodeClaim pool that can (the pools are asked again each time). Stops where none can;
+        returns how many are placed."""
+        while placed < len(pods):
+            for ix in self.indexes:
+                n, _ = self._open(ix, view, reqs, req, min(len(pods) - placed, cap), pods[placed:])
+                if n:
+                    break
+            else:
+                break
+            placed += n
+            self._cursor[cursor_key] = len(self.bins) - 1  # where the next placement would have started looking
+        return placed
 
     def _fits(self, b: Bin, view: View, reqs: Requirements, req: np.ndarray, want: int) -> int:
         """How many of the class's pods bin b can take now (0 when none). Callers pass only bins whose free-capacity
@@ -381,20 +447,44 @@ class Scheduler:
         why = self.topology.opens(view)
         if why:
             return 0, why
+        rem = self.remaining[pool.name]
+        if rem is None:  # without limits, what a new NodeClaim would be depends only on the pods' shape
+            key = (id(ix), reqs.key(), view.host_ports, req.tobytes())
+            opening = self._openings.get(key)
+            if opening is None:
+                opening = self._openings[key] = self._opening(ix, reqs, req, view.host_ports, None)
+        else:
+            opening = self._opening(ix, reqs, req, view.host_ports, rem)
+        if opening.why:
+            return 0, opening.why
+        n = 1 if view.host_ports else min(want, opening.cap)
+        mask, rows, k, free, top = opening.after(ix, n)
+        self._names += 1
+        b = NodeClaim(f"{pool.name}-{self._names:05d}", ix, opening.requirements.copy(), pool.taints, self._vec({}),
+                      mask, fit=(reqs, view.host_ports, rows, k), types=(rows, free, top))
+        self._add_bin(b)
+        self.new_bins.append(b)
+        self._commit(b, view, reqs, req, pods[:n])
+        return n, ""
+
+    def _opening(self, ix: InstanceTypeIndex, reqs: Requirements, req: np.ndarray,
+                 ports: frozenset[tuple[str, str, int]], rem: dict[str, int] | None) -> _Opening:
+        """The NodeClaim ix's pool would open for pods of one shape (node requirements reqs, requests req, host
+        ports), within what the pool's limits (rem) still allow; or why it cannot open one."""
+        pool = ix.pool
         merged = pool.requirements.intersect(reqs)
         zm, cm = ix.offer_masks(merged)
         mask = ix.all_mask & ix.mask(merged)
         if not mask.any():
-            return 0, f"no instance type matches {reqs.describe() or 'the requirements'}"
+            return _Opening(f"no instance type matches {reqs.describe() or 'the requirements'}")
         mask = ix.offered(mask, zm, cm)
         if not mask.any():
-            return 0, "no offering in the allowed zones and capacity types"
-        if view.host_ports:
-            mask = mask & ix.ports_ok(view.host_ports)
+            return _Opening("no offering in the allowed zones and capacity types")
+        if ports:
+            mask = mask & ix.ports_ok(ports)
             if not mask.any():
-                protocol, ip, port = min(view.host_ports)
-                return 0, f"host port {port}/{protocol} ({ip}) is held by a DaemonSet on the pool's nodes"
-        rem = self.remaining[pool.name]
+                protocol, ip, port = min(ports)
+                return _Opening(f"host port {port}/{protocol} ({ip}) is held by a DaemonSet on the pool's nodes")
         within = np.ones(len(ix.types), dtype=bool)
         if rem is not None:
             pending = self._vec({})
@@ -404,7 +494,8 @@ class Scheduler:
                     pending += ix.capacity[int(np.argmax(b.mask))]
                     opened += 1
             if NODES in rem and opened + 1 > rem[NODES]:
-                return 0, f"limits exceeded: another node would go past the pool's limit of {NODES} ({_left(rem)})"
+                return _Opening(f"limits exceeded: another node would go past the pool's limit of {NODES} "
+                                f"({_left(rem)})")
             for k, v in rem.items():
                 i = self.rindex.get(k)
                 if i is not None:
@@ -412,25 +503,17 @@ class Scheduler:
         fit = fit_count(ix.free0[mask & within], req)
         if not fit.size or fit.max() <= 0:
             if rem is not None and fit_count(ix.free0[mask], req).max(initial=0) > 0:
-                return 0, f"limits exceeded: a node large enough would go past the pool's limits ({_left(rem)})"
+                return _Opening(f"limits exceeded: a node large enough would go past the pool's limits ({_left(rem)})")
             need = ", ".join(f"{r}={format_quantity(r, int(req[i]))}" for i, r in enumerate(self.resources)
                              if req[i] and r != PODS)
-            return 0, f"no instance type has room for requests {need} (with daemonset overhead)"
+            return _Opening(f"no instance type has room for requests {need} (with daemonset overhead)")
         mask = mask & within
-        n = min(want, ix.min_values_cap(mask, fit, merged))
-        if n <= 0:
-            return 0, "fewer instance types than minValues requires: " + ", ".join(
-                f"{r.key} minValues {r.min_values}" for r in merged if r.min_values)
-        if view.host_ports:
-            n = 1
-        self._names += 1
-        b = NodeClaim(f"{pool.name}-{self._names:05d}", ix, merged.intersect(Requirements([
-            Requirement(L.NODEPOOL, False, frozenset([pool.name]))])), pool.taints, self._vec({}), mask,
-            fit=(reqs, view.host_ports, np.flatnonzero(mask), fit))
-        self._add_bin(b)
-        self.new_bins.append(b)
-        self._commit(b, view, reqs, req, pods[:n])
-        return n, ""
+        cap = ix.min_values_cap(mask, fit, merged)
+        if cap <= 0:
+            return _Opening("fewer instance types than minValues requires: " + ", ".join(
+                f"{r.key} minValues {r.min_values}" for r in merged if r.min_values))
+        requirements = merged.intersect(Requirements([Requirement(L.NODEPOOL, False, frozenset([pool.name]))]))
+        return _Opening("", requirements, cap, np.flatnonzero(mask), fit)
 
     # ---- result ----------------------------------------------------------------------------------------------
     def _finish(self, plan: Plan, with_bound: bool) -> None:
@@ -442,14 +525,18 @@ class Scheduler:
         for c in self.new_bins:
             plan.node_claims.append(c.launch())
         plan.cost_per_hour = round(sum(c.price_per_hour for c in plan.node_claims), 6)
-        if not with_bound:
-            return
+        if with_bound:
+            plan.lower_bound_per_hour = self.lower_bound(plan)
+
+    def lower_bound(self, plan: Plan) -> float:
+        """The LP lower bound on the hourly cost of the new capacity `plan` (this Scheduler's last solve) launches:
+        what solve(..., lower_bound=True) sets, asked for separately so that it can be timed apart from the solve."""
         from controller.scheduling.lower_bound import lower_bound  # scipy: only when the bound is asked for
 
         placed = [p for c in plan.node_claims for p in c.pods]
         by_id = {id(ix): ix for ix in self.indexes}
         pools_of = {k: [by_id[i] for i in ids] for k, ids in self._class_pools.items()}
-        plan.lower_bound_per_hour = round(lower_bound(placed, pools_of, self.indexes, self.resources), 6)
+        return round(lower_bound(placed, pools_of, self.indexes, self.resources), 6)
 
 
 def _left(remaining: dict[str, int]) -> str:

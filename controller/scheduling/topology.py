@@ -80,9 +80,12 @@ class TopologyGroup:
         return pod.namespace in self.namespaces and self.selector.matches(pod.labels)
 
     def per_bin(self, n: int) -> np.ndarray:
-        """Counts of the first n bins (hostname groups)."""
+        """Counts of the first n bins (hostname groups), as a view: read, never write. The array grows (doubling)
+        rather than being padded on every call, as the bins outnumber the ones counted so far."""
         a = self.by_bin
-        return a[:n] if len(a) >= n else np.concatenate([a, np.zeros(n - len(a), dtype=a.dtype)])
+        if len(a) < n:
+            a = self.by_bin = np.concatenate([a, np.zeros(max(n, 2 * len(a)) - len(a), dtype=a.dtype)])
+        return a[:n]
 
 
 @dataclass
@@ -91,6 +94,18 @@ class InverseGroup:
 
     term: AffinityTerm
     possible: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+
+
+@dataclass
+class _SpreadState:
+    """A spread constraint's group and domains under one required node-affinity term, as of `seen` counted domains."""
+
+    constraint: SpreadConstraint
+    strict: Requirements
+    group: TopologyGroup
+    seen: int = -1
+    domains: list[str] = field(default_factory=list)
+    eligible: list[str] = field(default_factory=list)
 
 
 class Topology:
@@ -103,6 +118,11 @@ class Topology:
         self.inverse: dict[tuple[object, ...], InverseGroup] = {}
         self._universe: dict[tuple[object, ...], frozenset[str]] = {}
         self._matching: dict[object, list[TopologyGroup]] = {}  # per pod class: the groups that count its pods
+        # requirements options() builds again and again, kept so that it hands out the same objects (whose
+        # describe() and key() are cached) for the same domain: `key In [domain]`, and a view's term narrowed to it
+        self._pins: dict[tuple[str, str], Requirement] = {}
+        self._narrowed: dict[tuple[int, Requirement], tuple[Requirements, Requirements]] = {}
+        self._spreads: dict[tuple[int, int], _SpreadState] = {}
 
     # ---- counting ----------------------------------------------------------------------------------------------
     def group(self, selector: LabelSelector, namespaces: frozenset[str], key: str,
@@ -121,7 +141,11 @@ class Topology:
 
     def register(self, pods: list[Pod]) -> None:
         """Create the groups the pods' spread constraints and (anti-)affinity terms count in."""
+        seen: set[object] = set()
         for p in pods:
+            if p.class_key in seen:
+                continue  # a class's pods share their constraints and namespace
+            seen.add(p.class_key)
             for c in p.spread:
                 self.spread_group(p, c)
             for t in (*p.affinity, *p.anti_affinity, *(t for _, t in p.preferred_affinity),
@@ -161,6 +185,22 @@ class Topology:
                 ig.possible[d] += n
 
     # ---- domains -----------------------------------------------------------------------------------------------
+    def _pin(self, key: str, domain: str) -> Requirement:
+        """`key In [domain]` (one shared object per key and domain)."""
+        r = self._pins.get((key, domain))
+        if r is None:
+            r = self._pins[(key, domain)] = Requirement(key, False, frozenset([domain]))
+        return r
+
+    def _narrow(self, reqs: Requirements, r: Requirement) -> Requirements:
+        """reqs narrowed by r; the same object each time for the same reqs object and r."""
+        hit = self._narrowed.get((id(reqs), r))
+        if hit is not None and hit[0] is reqs:
+            return hit[1]
+        out = reqs.intersect(Requirements([r]))
+        self._narrowed[(id(reqs), r)] = (reqs, out)  # holding reqs keeps its id from being reused
+        return out
+
     def compatible_pools(self, view: View, term: Requirements) -> list[InstanceTypeIndex]:
         """Pools that could take the pod at all: ready, taints tolerated, requirements compatible."""
         return [ix for ix in self.indexes if ix.admits(view.tolerations, term)]
@@ -223,6 +263,22 @@ class Topology:
         found.update(d for d, n in g.counts.items() if n > 0)
         return sorted(found)
 
+    def _spread_state(self, view: View, c: SpreadConstraint, strict: Requirements) -> tuple[
+            TopologyGroup, list[str], list[str]]:
+        """Spread constraint c's group, its domains and those the pod's required node affinity (strict) allows.
+        Kept per constraint and term until the group counts a new domain (a group's domains only ever grow)."""
+        ck = (id(c), id(strict))
+        st = self._spreads.get(ck)
+        if st is None or st.constraint is not c or st.strict is not strict:  # holding both keeps their ids unique
+            st = self._spreads[ck] = _SpreadState(c, strict, self.spread_group(view.pod, c))
+        g = st.group
+        if st.seen != len(g.counts):
+            st.seen = len(g.counts)
+            st.domains = self._spread_domains(view, c, g, strict)
+            pod_domains = strict.get(c.topology_key) if c.node_affinity_policy == "Honor" else None
+            st.eligible = [d for d in st.domains if pod_domains is None or pod_domains.has(d)]
+        return g, st.domains, st.eligible
+
     def options(self, view: View, term: Requirements, strict: Requirements, req: np.ndarray) -> tuple[
             list[tuple[Requirements, int, int]], str]:
         """The ways the pod's topology constraints let it go right now: (requirements with a domain, most pods of
@@ -279,16 +335,13 @@ class Topology:
                 reach = self._reachable(view, reqs, t.topology_key, req)
                 if not reach:
                     return [], f"pod affinity on {t.topology_key}: no domain the pod can reach"
-                choices.append([(Requirement(t.topology_key, False, frozenset([d])), UNBOUNDED) for d in reach])
+                choices.append([(self._pin(t.topology_key, d), UNBOUNDED) for d in reach])
         for c in view.spread:
             if c.topology_key == L.HOSTNAME:
                 if c.selector.matches(proto.labels):
                     cap = min(cap, c.max_skew)
                 continue
-            g = self.spread_group(proto, c)
-            domains = self._spread_domains(view, c, g, strict)
-            pod_domains = strict.get(c.topology_key) if c.node_affinity_policy == "Honor" else None
-            eligible = [d for d in domains if pod_domains is None or pod_domains.has(d)]
+            g, domains, eligible = self._spread_state(view, c, strict)
             counts = {d: g.counts.get(d, 0) for d in domains}
             too_few = bool(c.min_domains) and len(eligible) < (c.min_domains or 0)
             low = 0 if too_few or not eligible else min(counts[d] for d in eligible)
@@ -303,13 +356,12 @@ class Topology:
             opts = []
             for d in within:
                 if not me:
-                    opts.append((Requirement(c.topology_key, False, frozenset([d])), UNBOUNDED))
+                    opts.append((self._pin(c.topology_key, d), UNBOUNDED))
                     continue
                 # how many can go to d before the skew to the lowest other eligible domain passes maxSkew
                 others = [counts[e] for e in eligible if e != d]
                 floor = 0 if too_few else (min(others) if others else UNBOUNDED)
-                opts.append((Requirement(c.topology_key, False, frozenset([d])),
-                             max(1, floor + c.max_skew - counts[d])))
+                opts.append((self._pin(c.topology_key, d), max(1, floor + c.max_skew - counts[d])))
             choices.append(opts)
         out = []
         for combo in itertools.islice(itertools.product(*choices), MAX_OPTIONS):
@@ -317,7 +369,7 @@ class Topology:
             k = total
             keys = set(touched)
             for requirement, n in combo:
-                r = r.intersect(Requirements([requirement]))
+                r = self._narrow(r, requirement)
                 k = min(k, n)
                 keys.add(requirement.key)
             if all(_some_domain(r.get(key)) for key in keys):
