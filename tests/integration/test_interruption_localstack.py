@@ -10,9 +10,9 @@ import uuid
 
 import pytest
 
+from controller.cloud.aws.events import INTERRUPTION_RULES, put_events_entry, sample_event
 from controller.cloud.aws.interruption import DELETED, FAILED, RECEIVED, InterruptionQueue
 from controller.interruption.messages import Event
-from infra.events import INTERRUPTION_RULES, put_events_entry, sample_event
 from infra.policies import queue_policy
 
 pytestmark = pytest.mark.localstack

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from controller.cloud.aws.events import sample_event
 from controller.cloud.aws.interruption import DELETED, FAILED, RECEIVED, InterruptionQueue, message_type
 from controller.cloud.aws.unavailable import UnavailableOfferings
 from controller.interruption.controller import (
@@ -21,7 +22,6 @@ from controller.interruption.controller import (
 )
 from controller.interruption.messages import parse_message
 from controller.kube.errors import KubeError, NotFoundError
-from infra.events import sample_event
 
 IID = "i-0123456789abcdef0"
 PID = f"aws:///us-east-1a/{IID}"

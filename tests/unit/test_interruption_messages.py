@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from controller.cloud.aws.events import INTERRUPTION_RULES, interruption_event_patterns, sample_event
 from controller.interruption.messages import (
     Action,
     CapacityReservationInterruption,
@@ -17,7 +18,6 @@ from controller.interruption.messages import (
     action_for,
     parse_message,
 )
-from infra.events import INTERRUPTION_RULES, interruption_event_patterns, sample_event
 
 
 @pytest.mark.parametrize(("kind", "cls", "action"), [
