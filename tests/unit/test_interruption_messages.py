@@ -20,20 +20,6 @@ from controller.interruption.messages import (
 )
 
 
-@pytest.mark.parametrize(("kind", "cls", "action"), [
-    ("SpotInterruption", SpotInterruption, Action.CORDON_AND_DRAIN),
-    ("Rebalance", RebalanceRecommendation, Action.NO_ACTION),
-    ("InstanceStateChange", StateChange, Action.CORDON_AND_DRAIN),
-    ("ScheduledChange", ScheduledChange, Action.CORDON_AND_DRAIN),
-    ("CapacityReservationInterruption", CapacityReservationInterruption, Action.CORDON_AND_DRAIN),
-])
-def test_each_kind(kind, cls, action):
-    event = parse_message(json.dumps(sample_event(kind, "i-0123456789abcdef0")))
-    assert isinstance(event, cls)
-    assert event.instance_ids == ("i-0123456789abcdef0",)
-    assert action_for(event) == action
-
-
 def test_sample_events_match_their_rule_patterns():
     for kind, pattern in INTERRUPTION_RULES.items():
         e = sample_event(kind, "i-1")
@@ -159,6 +145,70 @@ AWS_HEALTH_SCHEDULED_CHANGE = """{
   }
 }"""
 
+# EC2 User Guide, "Monitor Capacity Blocks using EventBridge": EC2 Capacity Reservation Instance Interruption Warning.
+# The page prints the envelope key as "detail_type" (a typo there: EventBridge delivers "detail-type", which is also
+# what the rule pattern matches); the placeholders are filled with values of the documented form.
+AWS_CAPACITY_RESERVATION_INTERRUPTION = """{
+    "version": "0",
+    "id": "12345678-1234-1234-1234-123456789012",
+    "detail-type": "EC2 Capacity Reservation Instance Interruption Warning",
+    "source": "aws.ec2",
+    "account": "123456789012",
+    "time": "2026-11-22T11:50:00Z",
+    "region": "us-east-1",
+    "resources": [
+        "arn:aws:ec2:us-east-1:123456789012:instance/i-1234567890abcdef0"
+    ],
+    "detail": {
+        "instance-id": "i-1234567890abcdef0",
+        "instance-action": "terminate",
+        "instance-termination-time": "2026-11-22T12:00:00Z",
+        "availability-zone-id": "use1-az1",
+        "instance-lifecycle": "capacity-block"
+    }
+}"""
+RECORDED = {"SpotInterruption": AWS_SPOT_INTERRUPTION, "Rebalance": AWS_REBALANCE,
+            "InstanceStateChange": AWS_STATE_CHANGE, "ScheduledChange": AWS_HEALTH_SCHEDULED_CHANGE,
+            "CapacityReservationInterruption": AWS_CAPACITY_RESERVATION_INTERRUPTION}
+
+
+@pytest.mark.parametrize(("kind", "cls", "action", "kind_label", "instance_ids"), [
+    ("SpotInterruption", SpotInterruption, Action.CORDON_AND_DRAIN, "spot_interrupted", ("i-1234567890abcdef0",)),
+    ("Rebalance", RebalanceRecommendation, Action.NO_ACTION, "instance_rebalance_recommended",
+     ("i-1234567890abcdef0",)),
+    ("InstanceStateChange", StateChange, Action.CORDON_AND_DRAIN, "instance_stopping", ("i-abcd1111",)),
+    ("ScheduledChange", ScheduledChange, Action.CORDON_AND_DRAIN, "scheduled_change",
+     ("i-abcd1111", "i-0123456789abcdef0")),
+    ("CapacityReservationInterruption", CapacityReservationInterruption, Action.CORDON_AND_DRAIN,
+     "capacity_reservation_interrupted", ("i-1234567890abcdef0",)),
+])
+def test_each_kind(kind, cls, action, kind_label, instance_ids):
+    """Each of the five kinds, parsed from the body AWS documents (not from the production module's sample_event)."""
+    event = parse_message(RECORDED[kind])
+    assert type(event) is cls
+    assert event.instance_ids == instance_ids
+    assert event.kind == kind_label
+    assert event.id == json.loads(RECORDED[kind])["id"]
+    assert action_for(event) == action
+
+
+def test_each_recorded_body_matches_exactly_its_own_rule():
+    """The stacks' rules route every documented event to the queue, each through one rule only."""
+    for kind, body in RECORDED.items():
+        doc = json.loads(body)
+        matching = [name for name, pattern in INTERRUPTION_RULES.items()
+                    if doc["source"] in pattern["source"] and doc["detail-type"] in pattern["detail-type"]]
+        assert matching == [kind]
+
+
+def test_sample_events_parse_like_the_recorded_ones():
+    """`karpy interrupt` and the integration tests send sample_event: it must read as AWS's own body does."""
+    for kind, body in RECORDED.items():
+        recorded = parse_message(body)
+        sampled = parse_message(json.dumps(sample_event(kind, "i-0123456789abcdef0", state="stopping")))
+        assert (type(sampled), sampled.kind, action_for(sampled)) == (type(recorded), recorded.kind,
+                                                                       action_for(recorded))
+
 
 def test_recorded_aws_bodies_parse_to_karpenters_events() -> None:
     spot = parse_message(AWS_SPOT_INTERRUPTION)
@@ -174,6 +224,9 @@ def test_recorded_aws_bodies_parse_to_karpenters_events() -> None:
     assert type(health) is ScheduledChange and health.instance_ids == ("i-abcd1111", "i-0123456789abcdef0")
     assert health.event_type_code == "AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED"
     assert action_for(health) == Action.CORDON_AND_DRAIN
+    reservation = parse_message(AWS_CAPACITY_RESERVATION_INTERRUPTION)
+    assert type(reservation) is CapacityReservationInterruption
+    assert reservation.instance_ids == ("i-1234567890abcdef0",) and action_for(reservation) == Action.CORDON_AND_DRAIN
 
 
 def _with(body: str, path: tuple[str, ...], value: object) -> str:
