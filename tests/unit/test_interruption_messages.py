@@ -284,3 +284,90 @@ def test_hostile_bodies_are_a_message_error_with_a_short_reason(body: str, messa
         parse_message(body)
     assert message in str(info.value)
     assert len(str(info.value)) < 200
+
+
+# ---- found by mutation testing: the bounds and encodings of a message body ---------------------------------------
+from controller.interruption.messages import MAX_BODY, MAX_DIGITS, MAX_FIELD, MAX_INSTANCES  # noqa: E402
+
+
+def _spot(instance_id: object = "i-1234567890abcdef0", **envelope: object) -> str:
+    doc = json.loads(AWS_SPOT_INTERRUPTION)
+    doc["detail"]["instance-id"] = instance_id
+    doc.update(envelope)
+    return json.dumps(doc)
+
+
+def test_bytes_bodies_are_read_as_utf8():
+    event = parse_message(_spot().encode("utf-8"))
+    assert type(event) is SpotInterruption and event.instance_ids == ("i-1234567890abcdef0",)
+    with pytest.raises(MessageError, match=r"^not UTF-8$"):
+        parse_message(b'{"source": "aws.ec2", "x": "\xff"}')
+    with pytest.raises(MessageError, match=r"^not a message body: int$"):
+        parse_message(5)
+
+
+def test_body_size_limit_is_sqs_256_kib():
+    body = _spot()
+    assert parse_message(body + " " * (MAX_BODY - len(body))).instance_ids == ("i-1234567890abcdef0",)
+    with pytest.raises(MessageError, match=f"^body of {MAX_BODY + 1} characters is larger than SQS allows"):
+        parse_message(body + " " * (MAX_BODY + 1 - len(body)))
+
+
+def test_numbers_are_bounded_in_digits():
+    assert MAX_DIGITS == 20
+    assert parse_message(_spot(extra=int("9" * 20))).kind == "spot_interrupted"
+    assert parse_message(_spot(extra=-int("9" * 20))).kind == "spot_interrupted"
+    with pytest.raises(MessageError, match=r"^not JSON karpy reads: number with more than 20 digits$"):
+        parse_message(_spot(extra=int("9" * 21)))
+    with pytest.raises(MessageError, match=r"^not JSON karpy reads: NaN is not a JSON number$"):
+        parse_message('{"source": "aws.ec2", "n": NaN}')
+    with pytest.raises(MessageError, match=r"^not JSON karpy reads: nested too deeply$"):
+        parse_message("[" * 100_000 + "]" * 100_000)
+
+
+def test_fields_are_bounded_and_quoted_short():
+    assert parse_message(_spot("i-" + "0" * (MAX_FIELD - 2))).instance_ids == ("i-" + "0" * (MAX_FIELD - 2),)
+    long_id = "i-" + "0" * (MAX_FIELD - 1)
+    with pytest.raises(MessageError) as e:
+        parse_message(_spot(long_id))
+    assert str(e.value) == (f"field 'detail.instance-id' is longer than {MAX_FIELD} characters: "
+                            f"'{long_id[:59]}…")
+    with pytest.raises(MessageError, match=r"^field 'detail.instance-id' must be a string, got int 7$"):
+        parse_message(_spot(7))
+    with pytest.raises(MessageError, match=r"^field 'detail.instance-id' must be a string, got dict <dict of 1>$"):
+        parse_message(_spot({"$ne": None}))
+    with pytest.raises(MessageError, match=r"^missing field 'detail.instance-id'$"):
+        parse_message(_spot(""))
+    with pytest.raises(MessageError, match=r"^foreign source 'x{59}…$"):
+        parse_message(_spot(source="x" * 500))
+    with pytest.raises(MessageError, match=r"^detail-type must be a string, got <list of 1>$"):
+        parse_message(json.dumps({"source": "aws.ec2", "detail-type": ["x"], "detail": {}}))
+
+
+def test_event_ids_and_codes_are_kept_bounded_or_empty():
+    assert parse_message(_spot(id="e" * 500)).id == "e" * MAX_FIELD
+    assert parse_message(_spot(id=5)).id == ""
+    doc = json.loads(AWS_HEALTH_SCHEDULED_CHANGE)
+    doc["detail"]["eventTypeCode"] = "C" * 500
+    event = parse_message(json.dumps(doc))
+    assert isinstance(event, ScheduledChange) and event.event_type_code == "C" * MAX_FIELD
+    assert event.id == "7fb65329-1628-4cf3-a740-95fg457h1402" and event.kind == "scheduled_change"
+    doc["detail"]["eventTypeCode"] = 5
+    assert parse_message(json.dumps(doc)).event_type_code == ""  # type: ignore[attr-defined]
+
+
+def test_health_entities_are_bounded_and_junk_entries_skipped():
+    doc = json.loads(AWS_HEALTH_SCHEDULED_CHANGE)
+    doc["detail"]["affectedEntities"] = [{"entityValue": "i-1"}, "junk", {"other": 1}, {"entityValue": ""}]
+    assert parse_message(json.dumps(doc)).instance_ids == ("i-1",)
+    doc["detail"]["affectedEntities"] = ["junk", {"entityValue": None}]
+    with pytest.raises(MessageError, match=r"^missing field 'detail.affectedEntities\[\].entityValue'$"):
+        parse_message(json.dumps(doc))
+    doc["detail"]["affectedEntities"] = []
+    with pytest.raises(MessageError, match=r"^missing field 'detail.affectedEntities'$"):
+        parse_message(json.dumps(doc))
+    doc["detail"]["affectedEntities"] = [{"entityValue": f"i-{n}"} for n in range(MAX_INSTANCES)]
+    assert len(parse_message(json.dumps(doc)).instance_ids) == MAX_INSTANCES
+    doc["detail"]["affectedEntities"].append({"entityValue": "i-x"})
+    with pytest.raises(MessageError, match=f"^field 'detail.affectedEntities' lists more than {MAX_INSTANCES}"):
+        parse_message(json.dumps(doc))
