@@ -186,3 +186,9 @@ def test_incompatibility_names_the_key_and_both_sides():
     absent = _Rs([_R.new("gpu", "DoesNotExist")])
     assert absent.incompatibility(_Rs([_R.new("gpu", "NotIn", ["1"])])) is None  # both allow the label's absence
     assert absent.incompatibility(_Rs([_R.new("gpu", "In", ["1"])])) == "gpu In [1] conflicts with gpu DoesNotExist"
+
+
+def test_incompatibility_checks_every_requirement_after_one_that_absence_satisfies():
+    pool = _Rs.from_node_selector_requirements([{"key": "team", "operator": "In", "values": ["a"]}])
+    pod = _Rs([_R.new("tier", "NotIn", ["x"]), _R.new("team", "In", ["b"])])
+    assert pool.incompatibility(pod) == "team In [b] conflicts with team In [a]"
