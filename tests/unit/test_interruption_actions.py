@@ -382,3 +382,33 @@ def test_prometheus_counts_and_queue_time():
              value("karpenter_interruption_message_queue_duration_seconds_count"),
              value("karpenter_interruption_message_queue_duration_seconds_sum"))
     assert [round(a - b, 3) for a, b in zip(after, before, strict=True)] == [2, 1, 3, 2, 25.0]
+
+
+def test_every_failure_is_counted_and_single_deletes_name_the_queue():
+    from controller.cloud.aws.interruption import DELETE_FAILED
+
+    sqs = RecordingSQS(_spots(3), failed=frozenset({"rh-0", "rh-1", "rh-2"}), refused=frozenset({"rh-0", "rh-1"}))
+
+    def handler(event):
+        if event.instance_ids[0].endswith("2"):
+            raise RuntimeError("apiserver unavailable")
+
+    consumer = InterruptionQueue(sqs, "http://queue", handler, wait_seconds=0)
+    consumer.poll_once()
+    assert [kw for c, kw in sqs.calls if c == "single"] == [
+        {"QueueUrl": "http://queue", "ReceiptHandle": "rh-0"}, {"QueueUrl": "http://queue", "ReceiptHandle": "rh-1"}]
+    assert consumer.metrics[DELETE_FAILED] == {"spot_interrupted": 2}
+    consumer.poll_once()  # the same three again: the handler fails on the third twice in all
+    assert consumer.metrics[FAILED] == {"spot_interrupted": 2}
+
+
+def test_a_sent_timestamp_in_the_future_counts_as_no_time_on_the_queue():
+    from controller import metrics as M
+
+    def total() -> float:
+        return M.REGISTRY.get_sample_value("karpenter_interruption_message_queue_duration_seconds_sum") or 0.0
+
+    before = total()
+    InterruptionQueue(RecordingSQS(_spots(1)), "http://queue", lambda e: None, wait_seconds=0,
+                      clock=lambda: 1699999990.0).poll_once()
+    assert total() - before == 0.0
