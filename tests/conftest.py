@@ -7,12 +7,14 @@ the session. KARPY_LOCALSTACK_ENDPOINT / KARPY_KUBECONFIG reuse servers that are
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
 import subprocess
 import time
 import urllib.parse
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -109,6 +111,55 @@ def localstack_session(localstack_endpoint: str) -> Callable[[str], Any]:
     return for_region
 
 
+def _localstack_health(session: Any) -> None:
+    """What the tests rely on LocalStack for, checked once per region before the first test uses it (a server that
+    answers but does not do these fails here, with what is missing, not later inside some test): EC2 serves AWS's
+    instance-type data and three zones, an SQS message round-trips, an EventBridge rule delivers to SQS, IAM and SSM
+    store what they are given. Everything it makes is deleted."""
+    ec2, sqs, events, iam, ssm = (session.client(s) for s in ("ec2", "sqs", "events", "iam", "ssm"))
+    names = {t["InstanceType"] for page in ec2.get_paginator("describe_instance_types").paginate()
+             for t in page["InstanceTypes"]}
+    assert len(names) > 500 and {"m5.large", "c7g.xlarge", "p4d.24xlarge"} <= names, "LocalStack EC2 instance types"
+    assert len(ec2.describe_availability_zones()["AvailabilityZones"]) >= 3, "LocalStack EC2 zones"
+    name = f"health-{uuid.uuid4().hex[:8]}"
+    url = sqs.create_queue(QueueName=name)["QueueUrl"]
+    try:
+        sqs.send_message(QueueUrl=url, MessageBody="hello")
+        got = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=2).get("Messages", [])
+        assert [m["Body"] for m in got] == ["hello"], "LocalStack SQS round trip"
+        sqs.delete_message(QueueUrl=url, ReceiptHandle=got[0]["ReceiptHandle"])
+        arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        events.put_rule(Name=name, EventPattern=json.dumps({"source": ["karpy.health"]}))
+        try:
+            events.put_targets(Rule=name, Targets=[{"Id": "queue", "Arn": arn}])
+            events.put_events(Entries=[{"Source": "karpy.health", "DetailType": "Health",
+                                        "Detail": json.dumps({"n": 1})}])
+            deadline, body = time.monotonic() + 15, None
+            while body is None and time.monotonic() < deadline:
+                msgs = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=1).get("Messages", [])
+                body = json.loads(msgs[0]["Body"]) if msgs else None
+            assert body is not None and body["source"] == "karpy.health" and body["detail"] == {"n": 1}, \
+                "LocalStack EventBridge rule delivering to SQS"
+        finally:
+            events.remove_targets(Rule=name, Ids=["queue"])
+            events.delete_rule(Name=name)
+    finally:
+        sqs.delete_queue(QueueUrl=url)
+    trust = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"},
+                                                     "Action": "sts:AssumeRole"}]}
+    created = iam.create_role(RoleName=name, AssumeRolePolicyDocument=json.dumps(trust))["Role"]
+    try:
+        assert iam.get_role(RoleName=name)["Role"]["Arn"] == created["Arn"], "LocalStack IAM"
+    finally:
+        iam.delete_role(RoleName=name)
+    param = f"/karpy/health/{name}"
+    ssm.put_parameter(Name=param, Value="ami-0123456789abcdef0", Type="String")
+    try:
+        assert ssm.get_parameter(Name=param)["Parameter"]["Value"] == "ami-0123456789abcdef0", "LocalStack SSM"
+    finally:
+        ssm.delete_parameter(Name=param)
+
+
 @pytest.fixture(scope="session")
 def aws_client(localstack_session: Callable[[str], Any]) -> Callable[..., Any]:
     """A factory of boto3 clients bound to LocalStack, from pytest-localstack: aws_client("ec2"),
@@ -119,11 +170,29 @@ def aws_client(localstack_session: Callable[[str], Any]) -> Callable[..., Any]:
     def make(service: str, region: str = "us-east-1", **kwargs: Any) -> Any:
         if region not in sessions:
             # the credentials the controller processes of the e2e tests use: one LocalStack account for both
-            sessions[region] = localstack_session(region).boto3.session(aws_access_key_id="test",
-                                                                       aws_secret_access_key="test")
+            session = localstack_session(region).boto3.session(aws_access_key_id="test",
+                                                               aws_secret_access_key="test")
+            _localstack_health(session)
+            sessions[region] = session
         return sessions[region].client(service, **kwargs)
 
     return make
+
+
+@pytest.fixture
+def cleanup() -> Iterator[Callable[..., None]]:
+    """`cleanup(fn, *args)` registers an undo step right after a test creates something on a server; the steps run
+    in reverse at teardown whatever the test did, each on its own (one that fails, say a 404 for what the test
+    already deleted, does not skip the rest), so a failed test leaves nothing behind for the next one."""
+    steps: list[tuple[Callable[..., Any], tuple[Any, ...]]] = []
+
+    def add(fn: Callable[..., Any], *args: Any) -> None:
+        steps.append((fn, args))
+
+    yield add
+    for fn, args in reversed(steps):
+        with contextlib.suppress(Exception):
+            fn(*args)
 
 
 @pytest.fixture(scope="session")
@@ -163,11 +232,46 @@ def kube_api(kubeconfig: str) -> Any:
             core.read_namespace("default")
             # the controller-manager's service-account controller creates the default ServiceAccount
             core.read_namespaced_service_account("default", "default")
-            return api
+            break
         except Exception:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.2)
+    _kube_health(api)
+    return api
+
+
+def _kube_health(api: Any) -> None:
+    """The control plane's other parts work, checked once before the first test (a half-started control plane fails
+    here, naming what is missing): the controller-manager makes a Deployment's pod through its ReplicaSet and the
+    scheduler marks it Unschedulable (nothing is bound: no Node is added, so tests that count nodes are undisturbed).
+    The namespace is deleted afterwards."""
+    from kubernetes import client
+
+    core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
+    ns = f"health-{uuid.uuid4().hex[:6]}"
+    core.create_namespace({"metadata": {"name": ns}})
+    try:
+        apps.create_namespaced_deployment(ns, {
+            "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "health"},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "health"}},
+                     "template": {"metadata": {"labels": {"app": "health"}}, "spec": {"containers": [
+                         {"name": "c", "image": "busybox", "resources": {"requests": {"cpu": "640"}}}]}}}})
+        deadline, why = time.monotonic() + 60, "no pod made by the controller-manager"
+        while time.monotonic() < deadline:
+            pods = core.list_namespaced_pod(ns, label_selector="app=health").items
+            if pods:
+                why = "the scheduler did not mark the pod Unschedulable"
+                owner = (pods[0].metadata.owner_references or [None])[0]
+                conds = {c.type: c for c in pods[0].status.conditions or []}
+                cond = conds.get("PodScheduled")
+                if owner is not None and owner.kind == "ReplicaSet" and cond is not None \
+                        and cond.status == "False" and cond.reason == "Unschedulable":
+                    return
+            time.sleep(0.3)
+        raise AssertionError(f"control plane health check: {why}")
+    finally:
+        core.delete_namespace(ns)
 
 
 @pytest.fixture(scope="session")

@@ -9,9 +9,19 @@ from controller.api.models import (
     parse_nodeclaim,
     parse_nodepool,
 )
-from controller.api.validation import InvalidDocument, ValidationError, validate_document
+from controller.api.validation import DocumentIssue, InvalidDocument, validate_document
 
 __all__ = [
-    "Document", "DocumentError", "EC2NodeClass", "InvalidDocument", "NodeClaim", "NodePool", "ValidationError",
-    "load_documents", "parse_ec2nodeclass", "parse_nodeclaim", "parse_nodepool", "validate_document",
+    "Document",
+    "DocumentError",
+    "DocumentIssue",
+    "EC2NodeClass",
+    "InvalidDocument",
+    "NodeClaim",
+    "NodePool",
+    "load_documents",
+    "parse_ec2nodeclass",
+    "parse_nodeclaim",
+    "parse_nodepool",
+    "validate_document",
 ]

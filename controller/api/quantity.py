@@ -68,7 +68,7 @@ def _parse_text(value: str) -> Decimal:
     suffix = m.group(2) or ""
     if suffix in _BINARY:
         q = number * _BINARY[suffix]
-    elif suffix[:1] in ("e", "E"):
+    elif suffix[:1] in ("e", "E") and len(suffix) > 1:  # a bare "E" is exa, not an exponent
         exponent = int(suffix[1:])
         if abs(exponent) > 30:
             raise QuantityError(f"{_short(value)} is too large a quantity (at most {MAX_QUANTITY:.3e})")

@@ -29,8 +29,8 @@ OLD_KARPENTER = {("karpenter.sh/v1beta1", "NodePool"), ("karpenter.k8s.aws/v1bet
 
 
 @dataclass(frozen=True)
-class ValidationError:
-    """One problem in one document."""
+class DocumentIssue:
+    """One issue found in one document: a description (data), not an exception; InvalidDocument carries them."""
 
     document: str
     path: str
@@ -49,7 +49,7 @@ def _cut(text: str, limit: int) -> str:
 class InvalidDocument(Exception):
     """A document that failed validation, with all its errors."""
 
-    def __init__(self, errors: list[ValidationError]) -> None:
+    def __init__(self, errors: list[DocumentIssue]) -> None:
         super().__init__("\n".join(str(e) for e in errors))
         self.errors = errors
 
@@ -243,16 +243,16 @@ def _ec2nodeclass(raw: dict[str, Any], out: list[ValidationIssue]) -> None:
 RULES = {"NodePool": _nodepool, "NodeClaim": _nodeclaim, "EC2NodeClass": _ec2nodeclass}
 
 
-def validate_document(doc: Document) -> list[ValidationError]:
+def validate_document(doc: Document) -> list[DocumentIssue]:
     """Every error in a Karpenter v1 document ([] when valid, and for kinds that are not Karpenter's)."""
     key = (doc.api_version, doc.kind)
     if key in OLD_KARPENTER:
-        return [ValidationError(doc.ref, "apiVersion", f"{doc.api_version} {doc.kind} is not served by Karpenter v1: "
+        return [DocumentIssue(doc.ref, "apiVersion", f"{doc.api_version} {doc.kind} is not served by Karpenter v1: "
                                                        "run `karpy convert` to get the v1 form")]
     schema = KINDS.get(key)
     if schema is None:
         if doc.kind in RULES and doc.api_version.startswith(("karpenter.sh/", "karpenter.k8s.aws/")):
-            return [ValidationError(doc.ref, "apiVersion", f"unknown version {doc.api_version!r} for {doc.kind}")]
+            return [DocumentIssue(doc.ref, "apiVersion", f"unknown version {doc.api_version!r} for {doc.kind}")]
         return []
     issues: list[ValidationIssue] = []
     validate(doc.raw, schema, "", issues)
@@ -268,7 +268,7 @@ def validate_document(doc: Document) -> list[ValidationError]:
     for i in issues:
         if (i.path, i.message) not in seen:
             seen.add((i.path, i.message))
-            out.append(ValidationError(doc.ref, i.path, i.message))
+            out.append(DocumentIssue(doc.ref, i.path, i.message))
     return out
 
 

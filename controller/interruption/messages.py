@@ -11,7 +11,13 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from infra.events import CAPACITY_RESERVATION_INTERRUPTION, HEALTH, REBALANCE, SPOT_INTERRUPTION, STATE_CHANGE
+from controller.cloud.aws.events import (
+    CAPACITY_RESERVATION_INTERRUPTION,
+    HEALTH,
+    REBALANCE,
+    SPOT_INTERRUPTION,
+    STATE_CHANGE,
+)
 
 # the states in which the instance is going away (Karpenter acts on these, not on pending/running)
 STOPPING_STATES = frozenset({"stopping", "stopped", "shutting-down", "terminated"})

@@ -1,5 +1,7 @@
 """The launch path against LocalStack's EC2: discovery, launch templates, CreateFleet, idempotency, get/list/delete,
-and recovery from throttling and insufficient capacity injected into the real client calls with botocore hooks."""
+and recovery from throttling, insufficient capacity and a lost CreateFleet reply injected into the real client calls
+with botocore hooks. The EC2 client is karpy's own (controller/cloud/aws/clients.py make_clients), so the retry
+behaviour under test is the one the controller runs with."""
 
 from __future__ import annotations
 
@@ -8,10 +10,12 @@ from typing import Any
 
 import pytest
 from botocore.awsrequest import AWSResponse
-from botocore.config import Config
+from botocore.exceptions import ClientError, ConnectionClosedError
+from botocore.retries.standard import ExponentialBackoff
 
 from controller.catalog.snapshot import load_catalog
 from controller.cloud.aws import instances
+from controller.cloud.aws.clients import DEFAULT_MAX_ATTEMPTS, make_clients
 from controller.cloud.aws.discovery import discover_security_groups, discover_subnets, subnets_by_zone
 from controller.cloud.aws.errors import NodeClaimNotFoundError
 from controller.cloud.aws.fleet import launch
@@ -25,8 +29,9 @@ ZONES = ("us-east-1a", "us-east-1b", "us-east-1c")
 
 
 @pytest.fixture(scope="module")
-def world(aws_client):
-    ec2: Any = aws_client("ec2", config=Config(retries={"mode": "standard", "max_attempts": 5}))
+def world(localstack_session, localstack_endpoint):
+    localstack_session("us-east-1")  # waits until every service answers, before the first call
+    ec2: Any = make_clients("us-east-1", endpoint_url=localstack_endpoint, pricing=False, eks=False).ec2
     cluster = f"c{uuid.uuid4().hex[:8]}"
     vpc = ec2.create_vpc(CidrBlock="10.20.0.0/16")["Vpc"]["VpcId"]
     tag = {"Key": "karpenter.sh/discovery", "Value": cluster}
@@ -162,29 +167,141 @@ def test_insufficient_capacity_is_marked_and_retried(world):
     assert _count(world, claim["metadata"]["name"]) == 1
 
 
-@pytest.mark.parametrize(("status", "code"), [(503, "RequestLimitExceeded"), (500, "InternalError")])
-def test_throttling_and_5xx_are_retried_without_duplicates(world, status, code):
-    ec2 = world["ec2"]
-    failures = {"left": 2}
+def _instances_named(world: dict[str, Any], name: str) -> list[str]:
+    """Every instance tagged with the NodeClaim's name that is not going away: the duplicate check."""
+    found = world["ec2"].describe_instances(Filters=[{"Name": "tag:karpenter.sh/nodeclaim", "Values": [name]}])
+    return sorted(i["InstanceId"] for r in found["Reservations"] for i in r["Instances"]
+                  if i["State"]["Name"] not in ("shutting-down", "terminated"))
 
-    def fail_twice(request, **kwargs):
-        if "Action=CreateFleet" not in (request.body.decode() if isinstance(request.body, bytes) else
-                                        str(request.body)) or failures["left"] == 0:
+
+@pytest.fixture
+def no_backoff(monkeypatch):
+    """botocore's retry sleeps set to zero: the attempts and the retry decisions stay karpy's config, only faster."""
+    monkeypatch.setattr(ExponentialBackoff, "delay_amount", lambda self, context: 0)
+
+
+def test_the_launch_client_is_karpys_adaptive_retry_config(world):
+    retries = world["ec2"].meta.config.retries
+    assert retries == {"mode": "adaptive", "total_max_attempts": DEFAULT_MAX_ATTEMPTS}
+
+
+def _failing_sends(status: int, code: str, times: int) -> tuple[dict[str, int], Any]:
+    failures = {"left": times, "sent": 0}
+
+    def fail(request, **kwargs):
+        failures["sent"] += 1
+        if failures["left"] == 0:
             return None
         failures["left"] -= 1
         body = (f"<Response><Errors><Error><Code>{code}</Code><Message>injected</Message></Error></Errors>"
                 "<RequestID>x</RequestID></Response>").encode()
         return AWSResponse(request.url, status, {}, _Raw(body))
 
-    ec2.meta.events.register("before-send.ec2.CreateFleet", fail_twice)
+    return failures, fail
+
+
+@pytest.mark.parametrize(("status", "code"), [(503, "RequestLimitExceeded"), (500, "InternalError")])
+def test_throttling_and_5xx_are_retried_up_to_karpys_attempts_without_duplicates(world, no_backoff, status, code):
+    """DEFAULT_MAX_ATTEMPTS - 1 failures in a row (more than botocore's own defaults of 3 or 5 attempts would
+    survive) still launch exactly one instance."""
+    ec2 = world["ec2"]
+    failures, fail = _failing_sends(status, code, DEFAULT_MAX_ATTEMPTS - 1)
+    ec2.meta.events.register("before-send.ec2.CreateFleet", fail)
     try:
         claim = _nodeclaim(f"default-{uuid.uuid4().hex[:5]}")
         inst = _launch(world, claim)
     finally:
-        ec2.meta.events.unregister("before-send.ec2.CreateFleet", fail_twice)
-    assert failures["left"] == 0
+        ec2.meta.events.unregister("before-send.ec2.CreateFleet", fail)
+    assert failures == {"left": 0, "sent": DEFAULT_MAX_ATTEMPTS}
     assert inst.tags["karpenter.sh/nodeclaim"] == claim["metadata"]["name"]
-    assert _count(world, claim["metadata"]["name"]) == 1
+    assert _instances_named(world, claim["metadata"]["name"]) == [inst.id]
+
+
+def test_throttling_beyond_karpys_attempts_fails_the_launch(world, no_backoff):
+    ec2 = world["ec2"]
+    failures, fail = _failing_sends(503, "RequestLimitExceeded", DEFAULT_MAX_ATTEMPTS)
+    ec2.meta.events.register("before-send.ec2.CreateFleet", fail)
+    claim = _nodeclaim(f"default-{uuid.uuid4().hex[:5]}")
+    try:
+        with pytest.raises(ClientError) as raised:
+            _launch(world, claim)
+    finally:
+        ec2.meta.events.unregister("before-send.ec2.CreateFleet", fail)
+    assert raised.value.response["Error"]["Code"] == "RequestLimitExceeded"
+    assert failures == {"left": 0, "sent": DEFAULT_MAX_ATTEMPTS}
+    assert _instances_named(world, claim["metadata"]["name"]) == []
+
+
+def _record_tokens(ec2: Any) -> tuple[list[str], Any]:
+    tokens: list[str] = []
+
+    def record(params, **kwargs):
+        tokens.append(params["ClientToken"])
+
+    ec2.meta.events.register("provide-client-params.ec2.CreateFleet", record)
+    return tokens, record
+
+
+def test_a_lost_createfleet_reply_retried_by_botocore_makes_one_instance(world, no_backoff):
+    """The request reaches LocalStack and creates the instance; the reply is treated as lost (a connection error
+    after the call) so botocore resends the same request: the same ClientToken, and one instance."""
+    ec2 = world["ec2"]
+    lost = {"left": 1}
+
+    def drop_reply(response, caught_exception, **kwargs):
+        if lost["left"] and caught_exception is None and response is not None and response[0].status_code == 200:
+            lost["left"] -= 1
+            return 0  # retry now, as botocore does after a ConnectionClosedError
+        return None
+
+    sends: list[str] = []
+
+    def count(request, **kwargs):
+        sends.append(request.url)
+
+    tokens, record = _record_tokens(ec2)
+    ec2.meta.events.register_first("needs-retry.ec2.CreateFleet", drop_reply)
+    ec2.meta.events.register("before-send.ec2.CreateFleet", count)
+    claim = _nodeclaim(f"default-{uuid.uuid4().hex[:5]}")
+    try:
+        inst = _launch(world, claim)
+    finally:
+        ec2.meta.events.unregister("needs-retry.ec2.CreateFleet", drop_reply)
+        ec2.meta.events.unregister("before-send.ec2.CreateFleet", count)
+        ec2.meta.events.unregister("provide-client-params.ec2.CreateFleet", record)
+    assert lost["left"] == 0 and len(sends) == 2 and len(tokens) == 1
+    assert _instances_named(world, claim["metadata"]["name"]) == [inst.id]
+
+
+def test_a_lost_createfleet_reply_then_a_provider_retry_makes_one_instance(world):
+    """The reply of a CreateFleet that launched the instance is lost after botocore's retries (the call raises);
+    launching the NodeClaim again, as the lifecycle controller does, finds the instance instead of making another,
+    and an identical request would carry the same ClientToken."""
+    ec2 = world["ec2"]
+    lost = {"left": 1}
+
+    def drop_reply(http_response, parsed, **kwargs):
+        if lost["left"] and http_response.status_code == 200:
+            lost["left"] -= 1
+            raise ConnectionClosedError(endpoint_url=str(ec2.meta.endpoint_url))
+
+    tokens, record = _record_tokens(ec2)
+    ec2.meta.events.register("after-call.ec2.CreateFleet", drop_reply)
+    claim = _nodeclaim(f"default-{uuid.uuid4().hex[:5]}")
+    name = claim["metadata"]["name"]
+    try:
+        with pytest.raises(ConnectionClosedError):
+            _launch(world, claim)
+        launched = _instances_named(world, name)
+        assert len(launched) == 1  # the request did reach EC2
+        inst = _launch(world, claim)
+    finally:
+        ec2.meta.events.unregister("after-call.ec2.CreateFleet", drop_reply)
+        ec2.meta.events.unregister("provide-client-params.ec2.CreateFleet", record)
+    assert lost["left"] == 0
+    assert inst.id == launched[0]
+    assert _instances_named(world, name) == launched
+    assert len(tokens) == 1  # the retry found the instance by its tag: no second CreateFleet
 
 
 class _Raw:

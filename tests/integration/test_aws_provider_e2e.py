@@ -13,7 +13,7 @@ import pytest
 from kubernetes import client
 
 from controller.api.quantity import format_quantity
-from controller.cloud.aws.errors import NodeClaimNotFoundError
+from controller.cloud.aws.errors import LaunchError, NodeClaimNotFoundError
 from tests.integration.aws_world import launch_for, make_world
 from tests.integration.kubelet import FakeKubelet
 
@@ -76,7 +76,7 @@ def test_unsupported_ami_family_is_named(provider_and_class):
     provider, nodeclass = provider_and_class
     br = json.loads(json.dumps(nodeclass))
     br["spec"]["amiSelectorTerms"] = [{"alias": "windows2022@latest"}]
-    with pytest.raises(Exception, match="windows2022"):
+    with pytest.raises(LaunchError, match="windows2022"):
         launch_for(provider, _nodeclaim(f"default-{uuid.uuid4().hex[:5]}"), br)
 
 

@@ -5,14 +5,16 @@ event, deletes it, and survives bad messages."""
 from __future__ import annotations
 
 import json
+import logging
 import time
 import uuid
+from typing import Any
 
 import pytest
 
-from controller.cloud.aws.interruption import DELETED, FAILED, RECEIVED, InterruptionQueue
+from controller.cloud.aws.events import INTERRUPTION_RULES, put_events_entry, sample_event
+from controller.cloud.aws.interruption import DELETE_FAILED, DELETED, FAILED, RECEIVED, InterruptionQueue
 from controller.interruption.messages import Event
-from infra.events import INTERRUPTION_RULES, put_events_entry, sample_event
 from infra.policies import queue_policy
 
 pytestmark = pytest.mark.localstack
@@ -147,3 +149,55 @@ def test_a_batch_mixing_aws_events_and_hostile_bodies_is_all_deleted_and_the_goo
     attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages",
                                                                    "ApproximateNumberOfMessagesNotVisible"])
     assert attrs["Attributes"] == {"ApproximateNumberOfMessages": "0", "ApproximateNumberOfMessagesNotVisible": "0"}
+
+
+def test_receives_ask_for_10_and_a_refused_delete_leaves_only_that_message(queue, caplog):
+    """Every receive asks SQS for 10 messages; when DeleteMessageBatch reports one entry Failed (here a receipt handle
+    LocalStack really refuses, so the one-by-one retry fails too), the others are deleted, the refusal is counted
+    and logged, and exactly that message comes back after its visibility timeout."""
+    sqs, _, url = queue
+    ids = [f"i-{uuid.uuid4().hex[:17]}" for _ in range(3)]
+    for iid in ids:
+        sqs.send_message(QueueUrl=url, MessageBody=json.dumps(sample_event("SpotInterruption", iid)))
+    receives: list[dict[str, Any]] = []
+    batches: list[dict[str, Any]] = []
+    spoiled: dict[str, str] = {}
+
+    def record(params, **kwargs):
+        receives.append(dict(params))
+
+    def spoil_one_handle(parsed, **kwargs):
+        for m in parsed.get("Messages", []):
+            if not spoiled and ids[1] in m["Body"]:
+                spoiled[m["MessageId"]] = m["ReceiptHandle"]
+                m["ReceiptHandle"] = "not-a-receipt-handle"
+
+    def record_batch(parsed, **kwargs):
+        batches.append(parsed)
+
+    sqs.meta.events.register("provide-client-params.sqs.ReceiveMessage", record)
+    sqs.meta.events.register("after-call.sqs.ReceiveMessage", spoil_one_handle)
+    sqs.meta.events.register("after-call.sqs.DeleteMessageBatch", record_batch)
+    seen: list[Event] = []
+    consumer = InterruptionQueue(sqs, url, seen.append, wait_seconds=1, visibility_timeout=2)
+    with caplog.at_level(logging.WARNING, logger="karpy.interruption"):
+        _drain(consumer, 3)
+    assert sorted(e.instance_ids[0] for e in seen) == sorted(ids)
+    assert receives and all(r["MaxNumberOfMessages"] == 10 for r in receives)
+    failed_entries = [f for b in batches for f in b.get("Failed", [])]
+    assert len(failed_entries) == 1  # LocalStack itself refused the spoiled handle, within the batch
+    warned = [r for r in caplog.records if r.levelno == logging.WARNING and "in the batch" in r.getMessage()]
+    assert [getattr(r, "code", None) for r in warned] == [failed_entries[0]["Code"]]
+    assert consumer.metrics[DELETED]["spot_interrupted"] == 2
+    assert dict(consumer.metrics[DELETE_FAILED]) == {"spot_interrupted": 1}
+    (message_id,) = spoiled
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert [getattr(r, "message-id", None) for r in errors] == [message_id]
+    # redelivered: exactly the message whose delete was refused, and nothing else
+    sqs.meta.events.unregister("after-call.sqs.ReceiveMessage", spoil_one_handle)
+    back: list[dict[str, Any]] = []
+    deadline = time.monotonic() + 15
+    while not back and time.monotonic() < deadline:
+        back = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1).get("Messages", [])
+    assert [m["MessageId"] for m in back] == [message_id]
+    assert ids[1] in back[0]["Body"]

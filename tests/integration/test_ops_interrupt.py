@@ -12,8 +12,8 @@ import pytest
 from click.testing import CliRunner
 
 from cli import main
+from controller.cloud.aws.events import SPOT_INTERRUPTION, interruption_event_patterns
 from controller.interruption.messages import Action, SpotInterruption, action_for, parse_message
-from infra.events import SPOT_INTERRUPTION, interruption_event_patterns
 
 pytestmark = [pytest.mark.localstack, pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")]
 

@@ -4,10 +4,13 @@ the controller's termination by removing the NodeClaim's finalizer once the CLI 
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import functools
 import json
 import threading
 import uuid
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -32,12 +35,32 @@ def _cond(type_: str, status: str = "True", reason: str = "", message: str = "")
 
 
 @pytest.fixture(scope="module")
-def world(kube, kubeconfig):
+def world(kube, kubeconfig) -> Iterator[dict[str, Any]]:
     """A NodePool with limits, two NodeClaims (one Ready with its Node, one still launching), a pending pod with a
     FailedScheduling event."""
     kc, _, _ = kube
     suffix = uuid.uuid4().hex[:6]
     pool = f"ops-{suffix}"
+    undo: list[Callable[[], Any]] = []  # run in reverse at the end whatever the tests did: nothing is left behind
+    try:
+        yield _world(kc, kubeconfig, suffix, pool, undo)
+    finally:
+        for step in reversed(undo):
+            with contextlib.suppress(Exception):
+                step()
+
+
+def _release(kc: Any, name: str) -> None:
+    """A NodeClaim deleted without a controller: its termination finalizer removed, then the object."""
+    with contextlib.suppress(NotFoundError):
+        kc.patch(R.NODECLAIMS, name, {"metadata": {"finalizers": None}})
+    with contextlib.suppress(NotFoundError):
+        kc.delete(R.NODECLAIMS, name)
+
+
+def _world(kc: Any, kubeconfig: str, suffix: str, pool: str, undo: list[Callable[[], Any]]) -> dict[str, Any]:
+    """The objects of `world`, each undo step registered as soon as its object exists."""
+    undo.append(lambda: kc.delete(R.NODEPOOLS, pool))
     kc.create(R.NODEPOOLS, {
         "apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": pool},
         "spec": {"limits": {"cpu": "100", "memory": "400Gi"}, "template": {"spec": {
@@ -53,6 +76,7 @@ def world(kube, kubeconfig):
              {"providerID": provider_id, "nodeName": node, "capacity": {"cpu": "2", "memory": "8Gi", "pods": "29"},
               "conditions": [_cond("Launched"), _cond("Registered"), _cond("Initialized"), _cond("Ready")]}),
             (launching, {}, {"conditions": [_cond("Launched", "Unknown", "Launching")]})):
+        undo.append(functools.partial(_release, kc, name))
         kc.create(R.NODECLAIMS, {
             "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
             "metadata": {"name": name, "labels": {L.NODEPOOL: pool, **labels}, "finalizers": [L.TERMINATION_FINALIZER]},
@@ -60,12 +84,14 @@ def world(kube, kubeconfig):
                      "requirements": []}})
         kc.patch(R.NODECLAIMS, name, {"status": status}, subresource="status")
     claim = kc.get(R.NODECLAIMS, ready)
+    undo.append(lambda: kc.delete(R.NODES, node))
     kc.create(R.NODES, {"apiVersion": "v1", "kind": "Node", "metadata": {
         "name": node, "labels": {L.NODEPOOL: pool, L.HOSTNAME: node},
         "ownerReferences": [{"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "name": ready,
                              "uid": claim["metadata"]["uid"]}]},
         "spec": {"providerID": provider_id}})
     ns = f"ops-{suffix}"
+    undo.append(lambda: kc.delete(R.NAMESPACES, ns))
     kc.create(R.NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
     wait_for("the namespace's default ServiceAccount",
              lambda: _exists(kc, R.Resource("", "v1", "serviceaccounts", "ServiceAccount", True), "default", ns))
@@ -164,11 +190,14 @@ def test_drain_unknown_names_fail_in_one_line(world):
     other = f"{world['pool']}-unmanaged"
     world["kc"].create(R.NODES, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": other},
                                  "spec": {"providerID": "aws:///us-east-1b/i-0fffffffffffffff0"}})
-    res = _karpy(world, "drain", other)
-    assert res.exit_code == 1
-    assert res.output == f"error: node {other} has no NodeClaim (not launched by karpy); drain it with kubectl drain\n"
-    assert _exists(world["kc"], R.NODES, other)
-    world["kc"].delete(R.NODES, other)
+    try:
+        res = _karpy(world, "drain", other)
+        assert res.exit_code == 1
+        assert res.output == (f"error: node {other} has no NodeClaim (not launched by karpy); "
+                              "drain it with kubectl drain\n")
+        assert _exists(world["kc"], R.NODES, other)
+    finally:
+        world["kc"].delete(R.NODES, other)
 
 
 def test_drain_by_node_name_deletes_its_nodeclaim_and_waits(world):

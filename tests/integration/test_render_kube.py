@@ -41,9 +41,16 @@ def _without_cel(obj: Any) -> Any:
     return obj
 
 
-def test_rendered_yaml_is_accepted(kube_api, tmp_path, monkeypatch):
+def test_rendered_yaml_is_accepted(kube_api, tmp_path, monkeypatch, cleanup):
     suffix = uuid.uuid4().hex[:6]
     namespace = f"karpy-render-{suffix}"
+    custom = client.CustomObjectsApi(kube_api)
+    names = {f"{n}-{suffix}" for n in ("system-critical", "monitoring", "cicd", "cron", "service", "default")}
+    # undone whatever happens below (the CRDs stay: they are shared by every test on this server)
+    cleanup(client.CoreV1Api(kube_api).delete_namespace, namespace)
+    cleanup(custom.delete_cluster_custom_object, "karpenter.k8s.aws", "v1", "ec2nodeclasses", f"default-{suffix}")
+    for name in sorted(names):
+        cleanup(custom.delete_cluster_custom_object, "karpenter.sh", "v1", "nodepools", name)
     project = tmp_path / "project"
     (project / "environments").mkdir(parents=True)
     (project / "environments" / "it.yaml").write_text(ENV.format(namespace=namespace))
@@ -91,8 +98,6 @@ def test_rendered_yaml_is_accepted(kube_api, tmp_path, monkeypatch):
     for doc in docs[len(crds):]:
         apply(doc)
 
-    custom = client.CustomObjectsApi(kube_api)
-    names = {f"{n}-{suffix}" for n in ("system-critical", "monitoring", "cicd", "cron", "service", "default")}
     listed: Any = custom.list_cluster_custom_object("karpenter.sh", "v1", "nodepools")
     listed = listed["items"]
     pools = {p["metadata"]["name"] for p in listed}
@@ -110,7 +115,3 @@ def test_rendered_yaml_is_accepted(kube_api, tmp_path, monkeypatch):
     # applying again changes nothing and is accepted (what a GitOps tool does on every sync)
     for doc in docs[len(crds):]:
         apply(doc)
-    for name in names:
-        custom.delete_cluster_custom_object("karpenter.sh", "v1", "nodepools", name)
-    custom.delete_cluster_custom_object("karpenter.k8s.aws", "v1", "ec2nodeclasses", f"default-{suffix}")
-    client.CoreV1Api(kube_api).delete_namespace(namespace)

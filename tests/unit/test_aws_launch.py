@@ -94,8 +94,13 @@ def test_overrides_skip_iced_offerings_and_cap_at_60():
     ct, overrides = choose_overrides(Requirements(), [_it("m5.large", 0.096)], SUBNETS, ice)
     assert ct == "spot"
     assert [(o.instance_type, o.subnet.zone) for o in overrides] == [("m5.large", "b")]
-    many = [_it(f"m5.{i}xlarge", 0.1 * i) for i in range(1, 50)]
-    assert len(choose_overrides(Requirements(), many, SUBNETS, UnavailableOfferings())[1]) == MAX_OVERRIDES
+    # 49 types x 2 zones = 98 spot offerings, listed dearest first: CreateFleet gets the 60 cheapest, in price order
+    many = [_it(f"m5.{i}xlarge", 0.1 * i) for i in range(49, 0, -1)]
+    ct, kept = choose_overrides(Requirements(), many, SUBNETS, UnavailableOfferings())
+    assert MAX_OVERRIDES == 60 and ct == "spot" and len(kept) == 60
+    assert [(o.instance_type, o.subnet.zone) for o in kept] == [
+        (f"m5.{i}xlarge", z) for i in range(1, 31) for z in ("a", "b")]
+    assert [o.price for o in kept] == sorted(o.price for o in kept)
 
 
 def test_provider_ids_and_tags():

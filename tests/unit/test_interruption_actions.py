@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from controller.cloud.aws.events import sample_event
 from controller.cloud.aws.interruption import DELETED, FAILED, RECEIVED, InterruptionQueue, message_type
 from controller.cloud.aws.unavailable import UnavailableOfferings
 from controller.interruption.controller import (
@@ -21,7 +22,6 @@ from controller.interruption.controller import (
 )
 from controller.interruption.messages import parse_message
 from controller.kube.errors import KubeError, NotFoundError
-from infra.events import sample_event
 
 IID = "i-0123456789abcdef0"
 PID = f"aws:///us-east-1a/{IID}"
@@ -277,3 +277,138 @@ def test_a_follower_does_not_receive():
     ctl, _, _, _ = _controller(sqs=sqs, leader=False)
     assert ctl.poll_once() == 0
     assert sqs.receives == 0 and ctl.consumer is None
+
+
+# ---- found by mutation testing: the consumer's requests, batches and counts ---------------------------------------
+class RecordingSQS(FakeSQS):
+    """FakeSQS that records every call, answers DeleteMessageBatch with `failed` receipt handles as Failed entries
+    and refuses the single deletes of `refused` handles."""
+
+    def __init__(self, bodies: list[str], failed: frozenset[str] = frozenset(),
+                 refused: frozenset[str] = frozenset()) -> None:
+        super().__init__(bodies)
+        self.failed, self.refused = failed, refused
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+
+    def receive_message(self, **kwargs: Any) -> dict[str, Any]:
+        self.calls.append(("receive", kwargs))
+        return super().receive_message(**kwargs)
+
+    def delete_message_batch(self, QueueUrl: str, Entries: list[dict[str, str]]) -> dict[str, Any]:
+        self.calls.append(("batch", {"QueueUrl": QueueUrl, "Entries": Entries}))
+        ok = [e for e in Entries if e["ReceiptHandle"] not in self.failed]
+        self.deleted.extend(e["ReceiptHandle"] for e in ok)
+        return {"Successful": [{"Id": e["Id"]} for e in ok],
+                "Failed": [{"Id": e["Id"], "Code": "ReceiptHandleIsInvalid", "SenderFault": True, "Message": "bad"}
+                           for e in Entries if e["ReceiptHandle"] in self.failed]}
+
+    def delete_message(self, QueueUrl: str, ReceiptHandle: str) -> None:
+        self.calls.append(("single", {"QueueUrl": QueueUrl, "ReceiptHandle": ReceiptHandle}))
+        if ReceiptHandle in self.refused:
+            raise RuntimeError("ReceiptHandleIsInvalid")
+        self.deleted.append(ReceiptHandle)
+
+
+def _spots(n: int) -> list[str]:
+    return [json.dumps(sample_event("SpotInterruption", f"i-{i:017x}")) for i in range(n)]
+
+
+def test_receive_asks_for_10_with_long_polling_and_the_sent_timestamp():
+    sqs = RecordingSQS([])
+    InterruptionQueue(sqs, "http://queue", lambda e: None, wait_seconds=20).poll_once()
+    InterruptionQueue(sqs, "http://queue", lambda e: None, wait_seconds=0, visibility_timeout=30).poll_once()
+    assert [kw for _, kw in sqs.calls] == [
+        {"QueueUrl": "http://queue", "MaxNumberOfMessages": 10, "WaitTimeSeconds": 20,
+         "AttributeNames": ["SentTimestamp"]},
+        {"QueueUrl": "http://queue", "MaxNumberOfMessages": 10, "WaitTimeSeconds": 0,
+         "AttributeNames": ["SentTimestamp"], "VisibilityTimeout": 30}]
+
+
+def test_deletes_go_in_batches_of_10_with_their_own_ids():
+    sqs = RecordingSQS(_spots(12))
+    consumer = InterruptionQueue(sqs, "http://queue", lambda e: None, wait_seconds=0)
+    assert consumer.poll_once() == 12
+    batches = [kw["Entries"] for call, kw in sqs.calls if call == "batch"]
+    assert [[e["Id"] for e in b] for b in batches] == [[str(i) for i in range(10)], ["0", "1"]]
+    assert [e["ReceiptHandle"] for b in batches for e in b] == [f"rh-{i}" for i in range(12)]
+    assert all(kw["QueueUrl"] == "http://queue" for _, kw in sqs.calls)
+    assert consumer.metrics[DELETED] == {"spot_interrupted": 12}
+    assert consumer.metrics[RECEIVED] == {"spot_interrupted": 12}
+
+
+def test_a_failed_batch_entry_is_deleted_alone_and_a_refused_one_stays_counted(caplog):
+    from controller.cloud.aws.interruption import DELETE_FAILED
+
+    sqs = RecordingSQS(_spots(4), failed=frozenset({"rh-1", "rh-2"}), refused=frozenset({"rh-2"}))
+    consumer = InterruptionQueue(sqs, "http://queue", lambda e: None, wait_seconds=0)
+    with caplog.at_level("WARNING", logger="karpy.interruption"):
+        consumer.poll_once()
+    assert [(c, kw["ReceiptHandle"]) for c, kw in sqs.calls if c == "single"] == [("single", "rh-1"),
+                                                                                   ("single", "rh-2")]
+    assert sorted(sqs.deleted) == ["rh-0", "rh-1", "rh-3"]  # rh-2 stays on the queue for redelivery
+    assert consumer.metrics[DELETED] == {"spot_interrupted": 3}
+    assert consumer.metrics[DELETE_FAILED] == {"spot_interrupted": 1}
+    errors = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert [getattr(r, "message-id") for r in errors] == ["2"]
+    assert [r.__dict__.get("code") for r in caplog.records if r.levelname == "WARNING"] == [
+        "ReceiptHandleIsInvalid", "ReceiptHandleIsInvalid"]
+
+
+def test_messages_without_a_receipt_handle_are_not_deleted():
+    sqs = RecordingSQS(_spots(2))
+    del sqs.messages[0]["ReceiptHandle"]
+    consumer = InterruptionQueue(sqs, "http://queue", lambda e: None, wait_seconds=0)
+    consumer.poll_once()
+    assert sqs.deleted == ["rh-1"] and consumer.metrics[DELETED] == {"spot_interrupted": 1}
+
+
+def test_prometheus_counts_and_queue_time():
+    from controller import metrics as M
+
+    def value(name: str, **labels: str) -> float:
+        return M.REGISTRY.get_sample_value(name, labels) or 0.0
+
+    before = (value("karpenter_interruption_received_messages_total", message_type="spot_interrupted"),
+              value("karpenter_interruption_received_messages_total", message_type="unknown"),
+              value("karpenter_interruption_deleted_messages_total"),
+              value("karpenter_interruption_message_queue_duration_seconds_count"),
+              value("karpenter_interruption_message_queue_duration_seconds_sum"))
+    sqs = RecordingSQS([*_spots(2), "not json"])
+    # sent at 1700000000.000 (FakeSQS's SentTimestamp), handled 12.5 s later
+    InterruptionQueue(sqs, "http://queue", lambda e: None, wait_seconds=0, clock=lambda: 1700000012.5).poll_once()
+    after = (value("karpenter_interruption_received_messages_total", message_type="spot_interrupted"),
+             value("karpenter_interruption_received_messages_total", message_type="unknown"),
+             value("karpenter_interruption_deleted_messages_total"),
+             value("karpenter_interruption_message_queue_duration_seconds_count"),
+             value("karpenter_interruption_message_queue_duration_seconds_sum"))
+    assert [round(a - b, 3) for a, b in zip(after, before, strict=True)] == [2, 1, 3, 2, 25.0]
+
+
+def test_every_failure_is_counted_and_single_deletes_name_the_queue():
+    from controller.cloud.aws.interruption import DELETE_FAILED
+
+    sqs = RecordingSQS(_spots(3), failed=frozenset({"rh-0", "rh-1", "rh-2"}), refused=frozenset({"rh-0", "rh-1"}))
+
+    def handler(event):
+        if event.instance_ids[0].endswith("2"):
+            raise RuntimeError("apiserver unavailable")
+
+    consumer = InterruptionQueue(sqs, "http://queue", handler, wait_seconds=0)
+    consumer.poll_once()
+    assert [kw for c, kw in sqs.calls if c == "single"] == [
+        {"QueueUrl": "http://queue", "ReceiptHandle": "rh-0"}, {"QueueUrl": "http://queue", "ReceiptHandle": "rh-1"}]
+    assert consumer.metrics[DELETE_FAILED] == {"spot_interrupted": 2}
+    consumer.poll_once()  # the same three again: the handler fails on the third twice in all
+    assert consumer.metrics[FAILED] == {"spot_interrupted": 2}
+
+
+def test_a_sent_timestamp_in_the_future_counts_as_no_time_on_the_queue():
+    from controller import metrics as M
+
+    def total() -> float:
+        return M.REGISTRY.get_sample_value("karpenter_interruption_message_queue_duration_seconds_sum") or 0.0
+
+    before = total()
+    InterruptionQueue(RecordingSQS(_spots(1)), "http://queue", lambda e: None, wait_seconds=0,
+                      clock=lambda: 1699999990.0).poll_once()
+    assert total() - before == 0.0

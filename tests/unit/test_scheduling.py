@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from controller.catalog.synthetic import benchmark_instance_types
-from controller.scheduling.pod import pod_from_dict
+from controller.scheduling.pod import PodError, pod_from_dict
 from controller.scheduling.requirements import Requirements
 from controller.scheduling.scheduler import Plan, Scheduler
 from controller.scheduling.types import ExistingNode, SchedNodePool, Taint
@@ -292,7 +292,7 @@ def test_effective_requests_count_init_containers_and_sidecars():
 
 
 def test_bad_pod_fields_are_named():
-    with pytest.raises(ValueError, match=r"spec.containers\[0\].resources.requests.cpu: 'abc' is not a quantity"):
+    with pytest.raises(PodError, match=r"spec.containers\[0\].resources.requests.cpu: 'abc' is not a quantity"):
         pod(containers=[{"name": "c", "resources": {"requests": {"cpu": "abc"}}}])
 
 

@@ -194,3 +194,15 @@ spec:
     missing = text.replace("claimName: data}", "claimName: nope}")
     with pytest.raises(SimulationError, match="PersistentVolumeClaim db/nope not found"):
         simulate_documents(parse_documents(missing, "vol.yaml"))
+
+
+def test_cli_simulate_yaml_says_what_json_says():
+    """`-o yaml` is the same document as `-o json`, not another rendering of part of it."""
+    runner = CliRunner()
+    as_json = runner.invoke(main, ["simulate", "-f", str(EXAMPLES), "-o", "json"])
+    as_yaml = runner.invoke(main, ["simulate", "-f", str(EXAMPLES), "-o", "yaml"])
+    assert as_json.exit_code == 0 and as_yaml.exit_code == 0, (as_json.output, as_yaml.output)
+    assert not as_yaml.output.lstrip().startswith("{")
+    from_yaml = yaml.safe_load(as_yaml.output)
+    assert from_yaml == json.loads(as_json.output)
+    assert from_yaml["nodeClaims"] and from_yaml["cost"]["totalPerHour"] > 0

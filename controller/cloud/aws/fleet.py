@@ -150,7 +150,14 @@ def launch(ec2: Any, *, cluster_name: str, request: LaunchRequest, nodeclass_nam
                 other_errors.append(f"{code}: {err.get('ErrorMessage', '')}")
         ids = [i for fleet_instance in resp.get("Instances", []) for i in fleet_instance.get("InstanceIds", [])]
         if ids:
-            for extra in ids[1:]:  # never keep more than one instance per NodeClaim
+            extras = ids[1:]
+            if (resp.get("ResponseMetadata") or {}).get("RetryAttempts"):
+                # botocore resent this request: an attempt whose reply was lost may have launched an instance too
+                # (EC2 answers a repeated ClientToken with the same fleet; an endpoint that does not would leak one)
+                extras += [i.id for i in instances.list_managed(ec2, cluster_name)
+                           if i.tags.get("karpenter.sh/nodeclaim") == name and i.id not in ids]
+            for extra in extras:  # never keep more than one instance per NodeClaim
+                log.warning("nodeclaim %s: terminating duplicate instance %s", name, extra)
                 ec2.terminate_instances(InstanceIds=[extra])
             described = ec2.describe_instances(InstanceIds=[ids[0]])["Reservations"][0]["Instances"][0]
             return instances.from_description(described)

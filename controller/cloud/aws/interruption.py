@@ -37,6 +37,7 @@ log = logging.getLogger("karpy.interruption")
 RECEIVED = "karpenter_interruption_received_messages_total"
 DELETED = "karpenter_interruption_deleted_messages_total"
 FAILED = "karpy_interruption_handler_errors_total"
+DELETE_FAILED = "karpy_interruption_delete_errors_total"  # handled, but SQS refused the delete: it comes back
 
 # Karpenter's message kinds (the message_type label), plus "unknown" for messages that are no interruption event
 SPOT_INTERRUPTED = "spot_interrupted"
@@ -114,7 +115,8 @@ class InterruptionQueue:
         self.visibility_timeout = visibility_timeout
         self.clock = clock
         # metric name -> {message type -> count}; the label is the message type, as Karpenter's metrics are
-        self.metrics: dict[str, Counter[str]] = {RECEIVED: Counter(), DELETED: Counter(), FAILED: Counter()}
+        self.metrics: dict[str, Counter[str]] = {RECEIVED: Counter(), DELETED: Counter(), FAILED: Counter(),
+                                                 DELETE_FAILED: Counter()}
 
     def poll_once(self, proceed: Callable[[], bool] | None = None) -> int:
         """Receive up to 10 messages, handle them, delete the handled and the malformed; returns messages received.
@@ -175,6 +177,10 @@ class InterruptionQueue:
                 resp = self.sqs.delete_message_batch(QueueUrl=self.queue_url, Entries=[
                     {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, (_, m) in enumerate(batch)])
                 failed = {f["Id"] for f in resp.get("Failed", [])}
+                for f in resp.get("Failed", []):
+                    log.warning("SQS did not delete an interruption message in the batch; deleting it alone",
+                                extra={"controller": "interruption", "code": str(f.get("Code"))[:100],
+                                       "error": str(f.get("Message"))[:300]})
             except Exception as e:
                 log.warning("deleting interruption messages in a batch failed; deleting one by one",
                             extra={"controller": "interruption", "error": str(e)[:300]})
@@ -184,8 +190,9 @@ class InterruptionQueue:
                     try:
                         self.sqs.delete_message(QueueUrl=self.queue_url, ReceiptHandle=m["ReceiptHandle"])
                     except Exception as e:
-                        log.error("deleting interruption message failed", extra={
+                        log.error("deleting interruption message failed; it will be redelivered", extra={
                             "controller": "interruption", "message-id": m.get("MessageId"), "error": str(e)[:300]})
+                        self.metrics[DELETE_FAILED][kind] += 1
                         continue
                 self.metrics[DELETED][kind] += 1
                 _inc("INTERRUPTION_DELETED", message_type=kind)
