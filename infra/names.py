@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import re
 
+# re-exported: the stacks and render read it here beside the names
+from controller.cloud.aws.partitions import partition_of as partition_of
+
 IAM_ROLE_NAME_MAX = 64  # IAM CreateRole: RoleName, 1-64 of [\w+=,.@-]
 IAM_POLICY_NAME_MAX = 128  # IAM CreatePolicy: PolicyName
 RULE_NAME_MAX = 64  # EventBridge PutRule: Name, 1-64 of [\.\-_A-Za-z0-9]
@@ -69,19 +72,6 @@ def rule_names(queue: str, suffixes: list[str]) -> dict[str, str]:
             raise InvalidName(f"EventBridge rules {seen[name]} and {suffix} would both be named {name!r}")
         seen[name] = suffix
     return names
-
-
-def partition_of(region: str) -> str:
-    """The AWS partition a region belongs to."""
-    if region.startswith("cn-"):
-        return "aws-cn"
-    if region.startswith("us-gov-"):
-        return "aws-us-gov"
-    if region.startswith("us-iso-"):
-        return "aws-iso"
-    if region.startswith("us-isob-"):
-        return "aws-iso-b"
-    return "aws"
 
 
 def role_arn(partition: str, account_id: str, path: str, name: str) -> str:

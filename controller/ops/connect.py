@@ -79,7 +79,7 @@ def context_for_endpoint(endpoint: str, kubeconfig: str | None) -> tuple[str, st
 
 def eks_cluster_arn(region: str, account_id: str, cluster_name: str) -> str:
     """The ARN `aws eks update-kubeconfig` names a cluster and its context after."""
-    from infra.names import partition_of
+    from controller.cloud.aws.partitions import partition_of
 
     return f"arn:{partition_of(region)}:eks:{region}:{account_id}:cluster/{cluster_name}"
 
