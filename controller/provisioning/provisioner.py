@@ -419,7 +419,7 @@ class Provisioner:
             raw = raw_by_key.get(key)
             if raw is not None:
                 self.recorder.publish(raw, "Warning", "FailedScheduling",
-                                      f"Failed to schedule pod, {reason[:400]}")
+                                      f"Failed to schedule pod, {reason}")  # the recorder bounds it
         claims = [c for c in plan.node_claims if c.instance_type is not None and c.node_pool in manifests]
         for c in plan.node_claims:
             if c not in claims:

@@ -368,17 +368,21 @@ class Scheduler:
         if done:
             return done
         # 2. a new NodeClaim from the first compatible NodePool by weight
-        pool_reasons = []
+        pool_reasons: list[tuple[bool, str]] = []
+        chosen = reqs.get(L.NODEPOOL)
         for ix in self.indexes:
             n, why = self._open(ix, view, reqs, req, min(want, cap), pods)
             if n:
                 if n < want and self._alone(view):
                     n = self._open_more(view, reqs, req, cap, pods, n, cursor_key)
                 return n
-            pool_reasons.append(f'nodepool "{ix.pool.name}": {why}')
+            # the pools the pod selects come first: a FailedScheduling event is bounded, and their reasons matter most
+            pool_reasons.append((chosen is not None and not chosen.has(ix.pool.name),
+                                 f'nodepool "{ix.pool.name}": {why}'))
+        pool_reasons.sort(key=lambda r: r[0])
         if not self.indexes:
-            pool_reasons.append("no NodePool")
-        reasons.append("; ".join(pool_reasons) if pool_reasons else "no capacity")
+            pool_reasons.append((False, "no NodePool"))
+        reasons.append("; ".join(r for _, r in pool_reasons) if pool_reasons else "no capacity")
         return 0
 
     @staticmethod

@@ -363,3 +363,13 @@ def test_a_solve_without_the_lower_bound_does_not_import_scipy():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).resolve().parents[2]).stdout.split("\n")
     assert out[:2] == ["[]", "True"]
+
+
+def test_the_reasons_of_the_pools_a_pod_selects_come_first():
+    # a FailedScheduling event is bounded: the selected pool's reason must not be cut off behind the others'
+    pools = [pool("a", weight=30), pool("b", weight=20), pool("c", weight=10)]
+    big = pod(cpu="1000", name="big", nodeSelector={"karpenter.sh/nodepool": "b"})
+    plan = solve(pools, [big])
+    reason = plan.unschedulable["default/big"]
+    assert reason.startswith('nodepool "b": no instance type has room'), reason
+    assert reason.index('nodepool "a"') < reason.index('nodepool "c"')  # the rest keep the weight order
