@@ -5,28 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
-
-
-class TolerationLike(Protocol):
-    """What the matcher reads of a toleration (controller.scheduling.pod.Toleration has it)."""
-
-    @property
-    def key(self) -> str: ...
-
-    @property
-    def operator(self) -> str: ...
-
-    @property
-    def value(self) -> str: ...
-
-    @property
-    def effect(self) -> str: ...
+from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
-class _Toleration:
-    """A toleration read from the API's form."""
+class Toleration:
+    """A pod toleration (the scheduler's and the drain's)."""
 
     key: str = ""
     operator: str = "Equal"
@@ -34,13 +18,13 @@ class _Toleration:
     effect: str = ""
 
 
-def toleration_from_dict(t: Mapping[str, Any]) -> TolerationLike:
-    """A toleration in the API's form (key, operator, value, effect) as the matcher reads it."""
-    return _Toleration(str(t.get("key") or ""), str(t.get("operator") or "Equal"), str(t.get("value") or ""),
+def toleration_from_dict(t: Mapping[str, Any]) -> Toleration:
+    """A toleration in the API's form (key, operator, value, effect)."""
+    return Toleration(str(t.get("key") or ""), str(t.get("operator") or "Equal"), str(t.get("value") or ""),
                        str(t.get("effect") or ""))
 
 
-def tolerates(toleration: TolerationLike, taint: Taint) -> bool:
+def tolerates(toleration: Toleration, taint: Taint) -> bool:
     """Kubernetes' ToleratesTaint: an effect, if given, must match; Exists with no key tolerates every taint, Exists
     with a key every taint of that key; Equal (the default) needs the key and the value to match."""
     if toleration.effect and toleration.effect != taint.effect:
@@ -73,6 +57,6 @@ class Taint:
         """The API's form (an empty value left out)."""
         return {"key": self.key, **({"value": self.value} if self.value else {}), "effect": self.effect}
 
-    def tolerated_by(self, tolerations: Iterable[TolerationLike]) -> bool:
+    def tolerated_by(self, tolerations: Iterable[Toleration]) -> bool:
         """Whether any of the tolerations tolerates this taint."""
         return any(tolerates(t, self) for t in tolerations)

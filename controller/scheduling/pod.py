@@ -12,6 +12,7 @@ from typing import Any
 
 from controller.api.labels import HOSTNAME
 from controller.api.quantity import PODS, QuantityError, to_canonical
+from controller.api.taints import Toleration, toleration_from_dict
 from controller.scheduling.requirements import Requirement, Requirements
 
 SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
@@ -40,16 +41,6 @@ class LabelSelector:
             if op == "DoesNotExist" and present:
                 return False
         return True
-
-
-@dataclass(frozen=True, slots=True)
-class Toleration:
-    """A pod toleration."""
-
-    key: str = ""
-    operator: str = "Equal"
-    value: str = ""
-    effect: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,9 +254,7 @@ def pod_from_dict(d: dict[str, Any]) -> Pod:
         (int(p.get("weight", 1)), _node_requirements((p.get("preference") or {}).get("matchExpressions") or [],
                                                      f"spec.affinity.nodeAffinity.preferred[{i}].preference"))
         for i, p in enumerate(node_aff.get("preferredDuringSchedulingIgnoredDuringExecution") or []))
-    tolerations = tuple(Toleration(str(t.get("key") or ""), str(t.get("operator") or "Equal"),
-                                   str(t.get("value") or ""), str(t.get("effect") or ""))
-                        for t in spec.get("tolerations") or [])
+    tolerations = tuple(toleration_from_dict(t) for t in spec.get("tolerations") or [])
     spread = []
     for i, c in enumerate(spec.get("topologySpreadConstraints") or []):
         path = f"spec.topologySpreadConstraints[{i}]"
