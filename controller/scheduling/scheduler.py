@@ -319,8 +319,9 @@ class Scheduler:
         counts must be looked at again. Bins only fill up, so one rejected for this class and requirements stays so.
         """
         want = len(pods)
+        # relaxation only drops constraints or adds the PreferNoSchedule toleration, so counts tell the levels apart
         cursor_key: tuple[object, ...] = (view.pod.class_key, len(view.spread), len(view.affinity),
-                                          len(view.anti_affinity), reqs.describe())
+                                          len(view.anti_affinity), len(view.tolerations), reqs.describe())
         start = self._cursor.get(cursor_key, 0)
         done = 0
         # 1. existing nodes and open NodeClaims: vector tests over the bins' free capacity (and the hostname counts)

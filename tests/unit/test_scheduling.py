@@ -373,3 +373,13 @@ def test_the_reasons_of_the_pools_a_pod_selects_come_first():
     reason = plan.unschedulable["default/big"]
     assert reason.startswith('nodepool "b": no instance type has room'), reason
     assert reason.index('nodepool "a"') < reason.index('nodepool "c"')  # the rest keep the weight order
+
+
+def test_prefer_no_schedule_relaxation_looks_at_existing_nodes_again():
+    # every place is PreferNoSchedule-tainted: only the last relaxation (tolerate PreferNoSchedule) places the pod,
+    # and then, as always, existing capacity comes before a new NodeClaim
+    soft = Taint("batch", "true", "PreferNoSchedule")
+    node = ExistingNode("node-a", {}, [soft], {"cpu": 4000, "memory": 8 * 2**30, "pods": 110})
+    plan = solve([pool(taints=[soft])], [pod(name="late")], existing=[node])
+    assert [p.name for p in plan.existing.get("node-a", [])] == ["late"], plan.node_claims
+    assert not plan.node_claims and not plan.unschedulable
