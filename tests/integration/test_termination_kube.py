@@ -295,10 +295,12 @@ def test_drain_goes_tier_by_tier_then_the_instance_and_finalizers_go(world: Worl
     statuses: list[dict[str, str]] = []
 
     def kubelet() -> None:
-        # note which pods the drain deleted in this pass, then let them go
+        # note which pods the drain deleted in this pass, then let them go; once the Node is gone, the pods still
+        # bound to it are kube-controller-manager's PodGC's to delete, not the drain's
+        node_left = get(world, R.NODES, node) is not None
         deleted = sorted(n for n, p in pods_on(world, ns, node).items()
                          if p["metadata"].get("deletionTimestamp") and n not in seen)
-        if deleted:
+        if deleted and node_left:
             order.append(deleted)
             seen.update(deleted)
         finish_terminating(world, ns, node)
