@@ -56,8 +56,10 @@ def test_drain_waits_for_a_pdb(world: World, kubelet, start_controller):
     world.custom.create_namespaced_custom_object(*pdbs, {
         "apiVersion": "policy/v1beta1", "kind": "PodDisruptionBudget", "metadata": {"name": "db"},
         "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "db"}}}})
-    wait_for("PDB observed", lambda: (world.custom.get_namespaced_custom_object(*pdbs, "db").get("status") or {}
-                                      ).get("expectedPods") == 2, timeout=30)
+    # the eviction API lets Pending pods go whatever the budget: wait until both run and the budget counts them
+    wait_for("PDB observed with both pods healthy", lambda: (
+        world.custom.get_namespaced_custom_object(*pdbs, "db").get("status") or {}).get("currentHealthy") == 2,
+        timeout=60)
     claims = world.nodeclaims(pool)
     name = claims[0]["metadata"]["name"]
     node_name = claims[0]["status"]["nodeName"]
