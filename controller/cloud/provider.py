@@ -19,8 +19,8 @@ from controller.scheduling.requirements import Requirements
 
 
 def _taints(items: Any) -> tuple[Taint, ...]:
-    return tuple(Taint(key=str(t["key"]), value=str(t.get("value") or ""), effect=str(t["effect"]))
-                 for t in items or [])
+    """A NodeClaim's taints in the API's form as the shared Taint type."""
+    return tuple(Taint.from_dict(t) for t in items or [])
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,7 @@ from controller.state.cluster import (
     owned_by_daemonset,
     provider_id,
 )
+from controller.termination.drain import has_disrupted_taint
 
 log = logging.getLogger("karpy.provisioner")
 CREATE_WORKERS = 8
@@ -89,6 +90,12 @@ def min_values_relaxed(nodepool: dict[str, Any], options: list[InstanceType]) ->
         if len(values) < int(need):
             return True
     return False
+
+
+def _instance_type_options(claim: dict[str, Any]) -> list[str]:
+    """The instance types a NodeClaim's `node.kubernetes.io/instance-type In` requirement allows (none: [])."""
+    return next((list(r.get("values") or []) for r in (claim.get("spec") or {}).get("requirements") or []
+                 if r.get("key") == L.INSTANCE_TYPE and r.get("operator") == "In"), [])
 
 
 class Provisioner:
@@ -159,8 +166,7 @@ class Provisioner:
         """Whether the Node is going away: deleted, its NodeClaim deleted, or tainted karpenter.sh/disrupted."""
         if (node.get("metadata") or {}).get("deletionTimestamp"):
             return True
-        if any(isinstance(t, dict) and t.get("key") == L.DISRUPTED_TAINT_KEY
-               for t in (node.get("spec") or {}).get("taints") or []):
+        if has_disrupted_taint(node):
             return True
         claim = self.cluster.nodeclaim_for_node(node)
         return claim is not None and bool((claim.get("metadata") or {}).get("deletionTimestamp"))
@@ -236,8 +242,7 @@ class Provisioner:
             except QuantityError:
                 capacity = {}
             if not capacity:
-                options = next((r.get("values") or [] for r in (claim.get("spec") or {}).get("requirements") or []
-                                if r.get("key") == L.INSTANCE_TYPE and r.get("operator") == "In"), [])
+                options = _instance_type_options(claim)
                 sized = [by_name[o].capacity for o in options if o in by_name]
                 for cap in sized:
                     for k, v in cap.items():
@@ -319,8 +324,7 @@ class Provisioner:
         """Before launch, the smallest allocatable among the NodeClaim's instance-type options."""
         ref = ((claim.get("spec") or {}).get("nodeClassRef") or {}).get("name", "")
         nodeclass = self.cluster.nodeclass(str(ref))
-        options = next((r.get("values") or [] for r in (claim.get("spec") or {}).get("requirements") or []
-                        if r.get("key") == L.INSTANCE_TYPE and r.get("operator") == "In"), [])
+        options = _instance_type_options(claim)
         types: list[InstanceType] | None = None
         if nodeclass is not None and options and not nodeclass_not_ready(nodeclass, str(ref)):
             try:
