@@ -317,6 +317,68 @@ def explain(pod: str, files: tuple[str, ...], catalog: str, output: str) -> None
 
 @main.command()
 @files_option
+@click.option("--catalog", default="aws-us-east-1", show_default=True, metavar="NAME|FILE",
+              help="Instance catalog for prices and replacements: a bundled name or a snapshot file.")
+@click.option("--now", "now_text", default=None, metavar="RFC3339",
+              help="The time the pass runs at (consolidateAfter, expireAfter, budget schedules) [default: now].")
+@click.option("--feature-gates", default="", metavar="GATE=BOOL,...",
+              help="The controller's FEATURE_GATES, e.g. SpotToSpotConsolidation=true; also karpy's "
+                   "ManyToManyConsolidation.")
+@click.option("--preference-policy", type=click.Choice(PREFERENCE_POLICIES), default="Respect", show_default=True,
+              help="The controller's PREFERENCE_POLICY, for the consolidation simulation.")
+@click.option("--min-values-policy", type=click.Choice(MIN_VALUES_POLICIES), default="Strict", show_default=True,
+              help="The controller's MIN_VALUES_POLICY, for replacements.")
+@click.option("--apply", "apply_files", multiple=True, metavar="FILE",
+              help="Proposed NodePools/EC2NodeClasses (repeatable): preview which NodeClaims would drift and in "
+                   "which pass the budgets let each go.")
+@_format_option
+def disruption(files: tuple[str, ...], catalog: str, now_text: str | None, feature_gates: str,
+               preference_policy: str, min_values_policy: str, apply_files: tuple[str, ...], output: str) -> None:
+    """What would Karpenter disrupt next? The controller's next disruption pass over a cluster snapshot, offline.
+
+    Reads what simulate reads plus NodeClaims and PodDisruptionBudgets. Prints the commands of the first method
+    that finds any (Emptiness, StaticDrift, Drift, MultiNodeConsolidation, SingleNodeConsolidation), the
+    NodeClaims past expireAfter, and why the other nodes are not candidates.
+
+    \b
+    Examples:
+      karpy disruption -f examples/disruption/
+      kubectl get nodes,pods,nodeclaims,nodepools,ec2nodeclasses,pdb -A -o yaml | karpy disruption -f -
+      karpy disruption -f snap.yaml --now 2026-01-05T03:00:00Z -o json
+      karpy disruption -f snap.yaml --apply pools.yaml        drift preview of an edited NodePool
+    """
+    from controller.disruption import types as T
+    from controller.disruption.documents import DisruptionInputError, parse_now
+    from controller.disruption.preview import PassError, plan
+    from controller.disruption.render import render as render_plan
+    from controller.ops.output import progress
+    from controller.settings import FEATURE_GATE_DEFAULTS, parse_feature_gates
+
+    try:
+        now = parse_now(now_text) if now_text is not None else None
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--now") from None
+    try:
+        gates = parse_feature_gates(feature_gates, {**FEATURE_GATE_DEFAULTS, T.GATE_N_TO_M: False,
+                                                    T.GATE_REBALANCE_DRIFT: False})
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--feature-gates") from None
+    options = T.Options(spot_to_spot=gates.get("SpotToSpotConsolidation", False),
+                        many_to_many=gates.get(T.GATE_N_TO_M, False), preference_policy=preference_policy,
+                        min_values_policy=min_values_policy)
+    with progress("reading the input") as shown:
+        docs = _load(files, karpenter="any")
+        proposed = _load(apply_files) if apply_files else None
+        shown.update(f"computing the disruption pass over {len(docs)} documents")
+        try:
+            result = plan(docs, catalog=catalog, now=now, options=options, proposed=proposed)
+        except (DisruptionInputError, PassError) as e:
+            _fail(str(e))
+    click.echo(render_plan(result, output), nl=False)
+
+
+@main.command()
+@files_option
 @_format_option
 def validate(files: tuple[str, ...], output: str) -> None:
     """Validate NodePools, NodeClaims and EC2NodeClasses with Karpenter's rules; every error is printed.

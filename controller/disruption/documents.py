@@ -1,0 +1,363 @@
+"""A disruption Snapshot from Kubernetes documents, for `karpy disruption` (the offline twin of the controller's).
+
+Reads what `karpy simulate` reads plus NodeClaims and PodDisruptionBudgets, e.g. the output of
+`kubectl get nodes,pods,nodeclaims,nodepools,ec2nodeclasses,pdb -A -o yaml`. Documents are validated the way
+simulate validates them (one line naming file and field); what is valid but keeps a NodeClaim from being a candidate
+(its Node or NodePool missing, an instance type the catalog does not know, a Node without the labels a candidate
+needs) is reported as Blocked rather than refused. The NodeClaims' Consolidatable condition is recomputed at `now`
+with the controller's rule, and karpy's own drift checks fill Snapshot.drifted, so the pass decides as the controller
+would at that moment.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from controller.api import conditions as C
+from controller.api import labels as L
+from controller.api import validate_document
+from controller.api.documents import Document, short
+from controller.api.models import InvalidDocument, parse_ec2nodeclass, parse_nodeclaim, parse_nodepool
+from controller.api.shapes import shape_errors
+from controller.catalog.snapshot import Catalog, load_catalog
+from controller.catalog.types import InstanceType
+from controller.disruption.types import Blocked, Obj, Snapshot
+from controller.provisioning import inputs
+from controller.provisioning.provisioner import nodeclass_not_ready
+from controller.simulate.run import errors_message
+from controller.simulate.workloads import WORKLOAD_KINDS, classify
+
+# the labels without which a Node cannot be a candidate (Karpenter reads them from the Node)
+CANDIDATE_LABELS = (L.NODEPOOL, L.INSTANCE_TYPE, L.CAPACITY_TYPE, L.ZONE)
+PROPOSABLE_KINDS = frozenset({"NodePool", "EC2NodeClass"})
+
+
+class DisruptionInputError(ValueError):
+    """Input `karpy disruption` cannot run on; the message names every document and field at fault."""
+
+
+@dataclass
+class DisruptionInput:
+    """The Snapshot a pass reads, with what the input itself keeps from being candidates and notes for the reader.
+
+    `nodepools` and `nodeclasses` are the defaulted manifests by name (the proposed ones after `propose`);
+    `documents` are the cluster's documents other than NodePools and EC2NodeClasses, kept so a proposal can be
+    assembled again over them."""
+
+    snapshot: Snapshot
+    catalog: Catalog
+    blocked: list[Blocked] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    nodepools: dict[str, Obj] = field(default_factory=dict)
+    nodeclasses: dict[str, Obj] = field(default_factory=dict)
+    nodeclass_given: bool = False
+
+
+def _validate(documents: list[Document]) -> None:
+    errors = [str(e) for d in documents for e in validate_document(d)]
+    errors += [e for d in documents for e in shape_errors(d)]
+    errors += [e for d in documents if d.kind == "PodDisruptionBudget" for e in pdb_errors(d)]
+    if errors:
+        raise DisruptionInputError(errors_message(errors))
+
+
+def _int_or_percent(value: Any) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return value >= 0
+    if isinstance(value, str) and value.endswith("%"):
+        return value[:-1].isdigit()
+    return isinstance(value, str) and value.isdigit()
+
+
+def pdb_errors(doc: Document) -> list[str]:
+    """What is wrong with a PodDisruptionBudget's spec, as `file: document N Kind/name: field: message` lines."""
+    spec = doc.raw.get("spec")
+    if spec is None:
+        return []  # selects nothing, allows everything (an empty PDB is valid in the API)
+    if not isinstance(spec, dict):
+        return [f"{doc.ref}: spec: must be an object, got {type(spec).__name__}"]
+    out = []
+    for key in ("minAvailable", "maxUnavailable"):
+        if key in spec and spec[key] is not None and not _int_or_percent(spec[key]):
+            out.append(f"{doc.ref}: spec.{key}: must be a non-negative integer or a percentage, got "
+                       f"{short(spec[key])}")
+    if spec.get("minAvailable") is not None and spec.get("maxUnavailable") is not None:
+        out.append(f"{doc.ref}: spec: minAvailable and maxUnavailable cannot both be set")
+    selector = spec.get("selector")
+    if selector is not None:
+        if not isinstance(selector, dict):
+            out.append(f"{doc.ref}: spec.selector: must be a label selector (an object), got "
+                       f"{type(selector).__name__}")
+        else:
+            labels = selector.get("matchLabels")
+            if labels is not None and (not isinstance(labels, dict)
+                                       or not all(isinstance(v, str) for v in labels.values())):
+                out.append(f"{doc.ref}: spec.selector.matchLabels: must map label keys to strings")
+            exprs = selector.get("matchExpressions")
+            if exprs is not None:
+                if not isinstance(exprs, list):
+                    out.append(f"{doc.ref}: spec.selector.matchExpressions: must be a list")
+                else:
+                    for i, e in enumerate(exprs):
+                        ok = isinstance(e, dict) and isinstance(e.get("key"), str) and e.get("operator") in (
+                            "In", "NotIn", "Exists", "DoesNotExist")
+                        if not ok:
+                            out.append(f"{doc.ref}: spec.selector.matchExpressions[{i}]: needs a key and an "
+                                       "operator In, NotIn, Exists or DoesNotExist")
+    return out
+
+
+def name_of(obj: Obj) -> str:
+    return str((obj.get("metadata") or {}).get("name") or "")
+
+
+def labels_of(obj: Obj) -> dict[str, str]:
+    return {str(k): str(v) for k, v in ((obj.get("metadata") or {}).get("labels") or {}).items()}
+
+
+def _instance_types(catalog: Catalog, nodeclass: Obj | None) -> list[InstanceType]:
+    """The catalog as a NodeClass with this AMI family and kubelet configuration sees it (as `karpy simulate`)."""
+    if nodeclass is None:
+        return catalog.instance_types
+    spec = nodeclass.get("spec") or {}
+    from controller.api.models import ami_family
+
+    family = ami_family(spec)
+    return catalog.instance_types_for(ami_family=family if family != "custom" else "al2023",
+                                      kubelet=spec.get("kubelet") or None)
+
+
+def _nodeclass_not_ready(nodeclass: Obj | None, ref: str, given: bool) -> str:
+    """Why a NodePool's NodeClass cannot launch: missing, or a Ready condition that is not True. A NodeClass without
+    status (a manifest from git rather than from the cluster) is taken as ready, as `karpy simulate` does."""
+    if not given:
+        return ""  # no EC2NodeClass in the input at all: pools are assumed ready (noted)
+    if nodeclass is not None and not C.get(nodeclass.get("status") or {}, "Ready"):
+        return ""
+    return nodeclass_not_ready(nodeclass, ref)
+
+
+def parse_now(text: str) -> float:
+    """An RFC 3339 time with its offset (`2024-05-01T12:00:00Z`, `...+02:00`) as epoch seconds; ValueError says the
+    expected form."""
+    import datetime as dt
+
+    try:
+        value = dt.datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        value = None
+    if value is None or value.tzinfo is None or "T" not in text.upper():
+        raise ValueError(f"{short(text)} is not an RFC 3339 time with an offset (e.g. 2024-05-01T12:00:00Z)")
+    return value.timestamp()
+
+
+def load(documents: list[Document], catalog: str = "aws-us-east-1", now: float | None = None) -> DisruptionInput:
+    """The Snapshot of these documents at `now` (default: the current time) against a catalog (bundled name or
+    snapshot file). DisruptionInputError names every invalid document and field."""
+    _validate(documents)
+    try:
+        cat = load_catalog(catalog)
+    except ValueError as e:
+        raise DisruptionInputError(str(e)) from None
+    notes: list[str] = []
+    cluster_docs: list[Document] = []
+    claims: list[Obj] = []
+    pdbs: list[Obj] = []
+    pools: dict[str, Obj] = {}
+    classes: dict[str, Obj] = {}
+    workloads = 0
+    for doc in documents:
+        if doc.kind == "NodeClaim":
+            claims.append(_parsed(doc, parse_nodeclaim))
+        elif doc.kind == "PodDisruptionBudget":
+            pdbs.append(doc.raw)
+        elif doc.kind == "NodePool":
+            pools[doc.name] = _parsed(doc, parse_nodepool)
+        elif doc.kind == "EC2NodeClass":
+            classes[doc.name] = _parsed(doc, parse_ec2nodeclass)
+        elif doc.kind in WORKLOAD_KINDS:
+            workloads += 1  # a snapshot's Pods are the workloads' pods; expanding them again would count them twice
+        else:
+            cluster_docs.append(doc)
+    if workloads:
+        notes.append(f"{workloads} workload(s) (Deployments, StatefulSets, ...) not expanded: disruption reads the "
+                     "Pods they run (give `kubectl get pods -A -o yaml`)")
+    try:
+        sim = classify(cluster_docs)
+    except inputs.InputError as e:
+        raise DisruptionInputError(str(e)) from None
+    notes += sim.notes
+    pods: list[Obj] = []
+    for node_doc in sim.nodes:
+        try:
+            inputs.existing_node(node_doc.raw, [])
+        except inputs.InputError as e:
+            raise DisruptionInputError(f"{node_doc.source}: {e}") from None
+    for bound in sim.bound_pods.values():
+        pods.extend(bound)
+    pods.extend(sim.pending_pods)
+    pod_source = {id(p): ref for p, ref in zip(sim.pending_pods, sim.pending_refs, strict=True)}
+    for p in pods:
+        try:
+            inputs.scheduling_pod(p, sim.volumes)
+        except inputs.InputError as e:
+            where = pod_source.get(id(p))
+            raise DisruptionInputError(f"{where}: {e}" if where else str(e)) from None
+    daemonsets = [d.raw for d in sim.daemonsets]
+    for d in daemonsets:
+        try:
+            inputs.daemonset_pod(d)
+        except inputs.InputError as e:
+            raise DisruptionInputError(str(e)) from None
+    snapshot = Snapshot(now=time.time() if now is None else now, nodeclaims=claims,
+                        nodes=[d.raw for d in sim.nodes], pods=pods, pdbs=pdbs, daemonsets=daemonsets,
+                        volumes=sim.volumes)
+    out = DisruptionInput(snapshot=snapshot, catalog=cat, notes=notes, nodeclass_given=bool(classes))
+    if not classes and pools:
+        out.notes.append("no EC2NodeClass given: NodePools are assumed ready, with default kubelet settings")
+    if not pools:
+        out.notes.append("no NodePool given: no NodeClaim can be a candidate")
+    unclaimed = _unclaimed_nodes(snapshot)
+    if unclaimed:
+        out.notes.append(f"{unclaimed} Node(s) without a NodeClaim: capacity for moved pods, never candidates")
+    _assemble(out, pools, classes)
+    return out
+
+
+def _parsed(doc: Document, parse: Any) -> Obj:
+    try:
+        return dict(parse(doc).manifest)
+    except InvalidDocument as e:  # validated above; kept for a rule the parser adds
+        raise DisruptionInputError(str(e)) from None
+
+
+def _unclaimed_nodes(snapshot: Snapshot) -> int:
+    claimed = {str((c.get("status") or {}).get("nodeName") or "") for c in snapshot.nodeclaims}
+    ids = {str((c.get("status") or {}).get("providerID") or "") for c in snapshot.nodeclaims}
+    return sum(1 for n in snapshot.nodes
+               if name_of(n) not in claimed and str((n.get("spec") or {}).get("providerID") or "") not in ids)
+
+
+def propose(base: DisruptionInput, documents: list[Document]) -> DisruptionInput:
+    """The same cluster with proposed NodePools and EC2NodeClasses in place of the snapshot's (by name; new names
+    are added): the input of the drift preview. Documents of other kinds are noted and left out."""
+    _validate(documents)
+    pools = dict(base.nodepools)
+    classes = dict(base.nodeclasses)
+    notes: list[str] = []
+    for doc in documents:
+        if doc.kind == "NodePool":
+            pools[doc.name] = _parsed(doc, parse_nodepool)
+        elif doc.kind == "EC2NodeClass":
+            classes[doc.name] = _parsed(doc, parse_ec2nodeclass)
+        else:
+            notes.append(f"{doc.ref}: --apply reads only NodePools and EC2NodeClasses; left out")
+    if not any(d.kind in PROPOSABLE_KINDS for d in documents):
+        raise DisruptionInputError("--apply: no NodePool or EC2NodeClass in the proposed files")
+    snap = base.snapshot
+    claims = [c for c in snap.nodeclaims]
+    out = DisruptionInput(snapshot=Snapshot(now=snap.now, nodeclaims=claims, nodes=snap.nodes, pods=snap.pods,
+                                            pdbs=snap.pdbs, daemonsets=snap.daemonsets, volumes=snap.volumes,
+                                            disrupting=set(snap.disrupting)),
+                          catalog=base.catalog, notes=[*base.notes, *notes],
+                          nodeclass_given=base.nodeclass_given or bool(classes))
+    _assemble(out, pools, classes)
+    return out
+
+
+def _assemble(out: DisruptionInput, pools: dict[str, Obj], classes: dict[str, Obj]) -> None:
+    """Fill what depends on the NodePools and NodeClasses: each pool's instance types and readiness, the
+    NodeClaims' recomputed Consolidatable condition, drift, what is already being disrupted, and the input's
+    blocks."""
+    from controller.nodeclaim.disruption import consolidatable, drift_reason
+
+    snap = out.snapshot
+    out.nodepools, out.nodeclasses = pools, classes
+    snap.nodepools = list(pools.values())
+    snap.nodeclasses = dict(classes)
+    snap.instance_types = {}
+    snap.nodepool_not_ready = {}
+    for name, pool in pools.items():
+        ref = str((((pool.get("spec") or {}).get("template") or {}).get("spec") or {}).get("nodeClassRef", {})
+                  .get("name", ""))
+        nodeclass = classes.get(ref)
+        snap.instance_types[name] = _instance_types(out.catalog, nodeclass)
+        why = _nodeclass_not_ready(nodeclass, ref, out.nodeclass_given)
+        if why:
+            snap.nodepool_not_ready[name] = why
+    nodes = {name_of(n): n for n in snap.nodes}
+    by_provider = {str((n.get("spec") or {}).get("providerID")): n for n in snap.nodes
+                   if (n.get("spec") or {}).get("providerID")}
+    known_types = {it.name for it in out.catalog.instance_types}
+    out.blocked = []
+    snap.drifted = {}
+    claims = []
+    for raw in snap.nodeclaims:
+        claim = copy.deepcopy(raw)
+        claims.append(claim)
+        name = name_of(claim)
+        status = claim.setdefault("status", {})
+        node_name = str(status.get("nodeName") or "")
+        node = nodes.get(node_name) or by_provider.get(str(status.get("providerID") or ""))
+        pool_name = labels_of(claim).get(L.NODEPOOL) or (labels_of(node).get(L.NODEPOOL) if node else None)
+        nodepool = pools.get(pool_name or "")
+        reason = _input_block(claim, node, node_name, pool_name, nodepool, known_types, out.catalog.name)
+        if reason:
+            out.blocked.append(Blocked(nodeclaim=name, node=name_of(node) if node else node_name, reason=reason))
+        if node is not None and any(t.get("key") == L.DISRUPTED_TAINT_KEY
+                                    for t in (node.get("spec") or {}).get("taints") or [] if isinstance(t, dict)):
+            snap.disrupting.add(name)  # a command of the controller already holds it (the disrupted taint)
+        if nodepool is None:
+            continue
+        ok = consolidatable(claim, nodepool, snap.now)
+        C.set_condition(status, "Consolidatable", bool(ok), now=snap.now)
+        if C.is_true(status, "Drifted"):
+            continue  # the controller's own finding stands (its reason is on the condition)
+        why = drift_reason(claim, nodepool, snap.instance_types.get(pool_name or "", [])) or _nodeclass_drift(
+            claim, classes.get(str((claim.get("spec") or {}).get("nodeClassRef", {}).get("name", ""))))
+        if why:
+            snap.drifted[name] = why
+    snap.nodeclaims = claims
+
+
+def _input_block(claim: Obj, node: Obj | None, node_name: str, pool_name: str | None, pool: Obj | None,
+                 known_types: set[str], catalog: str) -> str:
+    """Why the input keeps this NodeClaim from being a candidate ("" when nothing does)."""
+    if (claim.get("metadata") or {}).get("deletionTimestamp"):
+        return ""  # being deleted: the pass counts it against budgets and says so itself
+    if node is None:
+        if node_name:
+            return f'its Node "{node_name}" is not in the input'
+        return ""  # not registered yet: in flight, the pass treats it as such
+    if not pool_name:
+        return f"its Node has no {L.NODEPOOL} label"
+    if pool is None:
+        return f'NodePool "{pool_name}" is not in the input'
+    labels = labels_of(node)
+    missing = [k for k in CANDIDATE_LABELS if not labels.get(k)]
+    if missing:
+        return f"its Node lacks the label(s) {', '.join(missing)}"
+    it = labels[L.INSTANCE_TYPE]
+    if it not in known_types:
+        return f'instance type "{it}" is not in catalog {catalog} (no price for it)'
+    return ""
+
+
+def _nodeclass_drift(claim: Obj, nodeclass: Obj | None) -> str:
+    """NodeClassDrift: the NodeClaim's ec2nodeclass-hash differs from the NodeClass's current static hash, both
+    under the same hash version (a different version is re-stamped, never drift)."""
+    if nodeclass is None:
+        return ""
+    from controller.api.nodeclasshash import hash_annotations
+
+    ann = (claim.get("metadata") or {}).get("annotations") or {}
+    current = hash_annotations(nodeclass)
+    have = ann.get(L.EC2NODECLASS_HASH)
+    if not have or ann.get(L.EC2NODECLASS_HASH_VERSION) != current[L.EC2NODECLASS_HASH_VERSION]:
+        return ""
+    return "NodeClassDrift" if have != current[L.EC2NODECLASS_HASH] else ""
