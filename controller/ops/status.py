@@ -1,6 +1,6 @@
 """`karpy status`: NodePools (usage against limits, Ready), NodeClaims (state, age, instance type, zone, capacity type,
-price, node) and the pods waiting for capacity with the last reason the scheduler gave, read from the cluster in
-four list calls."""
+price, node, and their disruption state: Drifted and why, Consolidatable, blocked and why) and the pods waiting for
+capacity with the last reason the scheduler gave, read from the cluster in five list calls."""
 
 from __future__ import annotations
 
@@ -107,7 +107,7 @@ def _nodepool(pool: dict[str, Any], claims: list[dict[str, Any]]) -> dict[str, A
             "weight": spec.get("weight"), "nodeClaims": len(claims), "resources": resources}
 
 
-def _nodeclaim(claim: dict[str, Any], prices: PriceTable, now: float) -> dict[str, Any]:
+def _nodeclaim(claim: dict[str, Any], prices: PriceTable, now: float, blocked: str | None = None) -> dict[str, Any]:
     labels = _meta(claim).get("labels") or {}
     status = claim.get("status") or {}
     state, why = nodeclaim_state(claim)
@@ -116,7 +116,61 @@ def _nodeclaim(claim: dict[str, Any], prices: PriceTable, now: float) -> dict[st
     return {"name": _meta(claim).get("name"), "nodePool": labels.get(L.NODEPOOL), "state": state, "message": why,
             "ageSeconds": None if created is None else int(now - created), "instanceType": it or None,
             "zone": zone or None, "capacityType": ct or None, "pricePerHour": price(prices, it, ct, zone),
-            "node": status.get("nodeName") or None, "providerID": status.get("providerID") or None}
+            "node": status.get("nodeName") or None, "providerID": status.get("providerID") or None,
+            "disruption": disruption_state(claim, blocked)}
+
+
+# Karpenter's event reasons on a NodeClaim that say why it is not a disruption candidate
+BLOCKED_REASONS = ("DisruptionBlocked", "Unconsolidatable")
+
+
+def _event_time(ev: dict[str, Any]) -> float:
+    return (C.parse_time(ev.get("lastTimestamp")) or C.parse_time(ev.get("eventTime"))
+            or C.parse_time(_meta(ev).get("creationTimestamp")) or 0.0)
+
+
+def _last_blocked(events: list[dict[str, Any]]) -> dict[str, str]:
+    """NodeClaim name -> the message of its latest DisruptionBlocked/Unconsolidatable event."""
+    latest: dict[str, tuple[float, str]] = {}
+    for ev in events:
+        if ev.get("reason") not in BLOCKED_REASONS:
+            continue
+        name = str((ev.get("involvedObject") or {}).get("name"))
+        when = _event_time(ev)
+        if name not in latest or when >= latest[name][0]:
+            latest[name] = (when, " ".join(str(ev.get("message") or "").split())[:300])
+    return {k: v[1] for k, v in latest.items()}
+
+
+def disruption_state(claim: dict[str, Any], blocked: str | None = None) -> dict[str, Any]:
+    """A NodeClaim's disruption state as the controller keeps it: Drifted (and why), Consolidatable, being disrupted
+    (the DisruptionReason condition) and, from the latest event, why it is not a candidate."""
+    status = claim.get("status") or {}
+    drifted = C.get(status, "Drifted")
+    consolidatable = C.get(status, "Consolidatable")
+    disrupting = C.get(status, "DisruptionReason")
+    return {"drifted": str(drifted.get("reason") or "Drifted") if drifted and drifted.get("status") == "True"
+            else None,
+            "consolidatable": None if consolidatable is None else consolidatable.get("status") == "True",
+            "disrupting": str(disrupting.get("reason") or "") or None
+            if disrupting and disrupting.get("status") == "True" else None,
+            "blocked": blocked or None}
+
+
+def _disruption_cell(d: dict[str, Any]) -> tuple[str, str]:
+    """(state, why) for the table: Disrupting, Drifted, Blocked, Consolidatable, or ("", "") when none applies."""
+    if d["disrupting"]:
+        return "Disrupting", d["disrupting"]
+    parts = []
+    if d["drifted"]:
+        parts.append(("Drifted", d["drifted"]))
+    if d["blocked"]:
+        parts.append(("Blocked", d["blocked"]))
+    if d["consolidatable"]:
+        parts.append(("Consolidatable", ""))
+    if not parts:
+        return "", ""
+    return ",".join(p[0] for p in parts), "; ".join(p[1] for p in parts if p[1])
 
 
 def _last_failed_scheduling(events: list[dict[str, Any]]) -> dict[tuple[str, str], str]:
@@ -140,13 +194,17 @@ def collect(client: KubeClient, prices: PriceTable, now: float | None = None) ->
         pools, _ = client.list(R.NODEPOOLS)
         claims, _ = client.list(R.NODECLAIMS)
         pods, _ = client.list(R.PODS, field_selector="status.phase=Pending,spec.nodeName=")
+        events_readable = True
         try:
             events, _ = client.list(R.EVENTS, field_selector="reason=FailedScheduling,involvedObject.kind=Pod")
         except KubeError as e:
             if e.status != 403:
                 raise
-            events = []  # the rest is still worth showing to someone who may not read events
+            events, events_readable = [], False  # the rest is still worth showing to someone who may not read events
             notes.append("not allowed to list events: the pending pods' scheduling reasons are not shown")
+        claim_events: list[dict[str, Any]] = []
+        if events_readable:  # why NodeClaims are not disruption candidates, from the controller's events
+            claim_events, _ = client.list(R.EVENTS, field_selector="involvedObject.kind=NodeClaim")
     except NotFoundError:
         raise OpsError(f"the cluster at {client.host} has no NodePool/NodeClaim resources (karpenter.sh/v1 CRDs "
                        "are not installed: `karpy crds | kubectl apply -f -`)") from None
@@ -156,6 +214,7 @@ def collect(client: KubeClient, prices: PriceTable, now: float | None = None) ->
     for claim in claims:
         by_pool[str((_meta(claim).get("labels") or {}).get(L.NODEPOOL, ""))].append(claim)
     reasons = _last_failed_scheduling(events)
+    blocked = _last_blocked(claim_events)
     pending = []
     for pod in sorted(pods, key=lambda p: (_meta(p).get("namespace", ""), _meta(p).get("name", ""))):
         meta = _meta(pod)
@@ -168,7 +227,8 @@ def collect(client: KubeClient, prices: PriceTable, now: float | None = None) ->
         "cluster": client.host,
         "nodePools": [_nodepool(p, by_pool.get(str(_meta(p).get("name")), []))
                       for p in sorted(pools, key=lambda p: str(_meta(p).get("name")))],
-        "nodeClaims": [_nodeclaim(c, prices, now) for c in sorted(claims, key=lambda c: str(_meta(c).get("name")))],
+        "nodeClaims": [_nodeclaim(c, prices, now, blocked.get(str(_meta(c).get("name"))))
+                       for c in sorted(claims, key=lambda c: str(_meta(c).get("name")))],
         "pendingPods": pending,
         "prices": PRICE_SOURCE,
         "notes": notes,
@@ -223,6 +283,16 @@ def render_table(doc: dict[str, Any], width: int | None = None) -> str:
         out += table(("NAME", "NODEPOOL", "STATE", "AGE", "TYPE", "ZONE", "CAPACITY", "$/H", "NODE"), rows, width)
         total = sum(c["pricePerHour"] or 0.0 for c in claims)
         out += wrap(f"total: ${total:.4f}/h (prices: {doc['prices']})", width)
+        states = [(c["name"], *_disruption_cell(c["disruption"])) for c in claims if c.get("disruption")]
+        states = [s for s in states if s[1]]
+        if states:
+            out += ["", f"DISRUPTION ({len(states)})"]
+            lines = table(("NAME", "STATE"), [(n, st) for n, st, _ in states], width, shrink=(0,))
+            out.append(lines[0])
+            for line, (_, _, why) in zip(lines[1:], states, strict=True):
+                out.append(line)
+                if why:
+                    out += wrap(why, width, "    ")
     else:
         out.append("  (none)")
     pending = doc["pendingPods"]
