@@ -342,10 +342,10 @@ def disruption(files: tuple[str, ...], catalog: str, now_text: str | None, featu
 
     \b
     Examples:
-      karpy disruption -f examples/disruption/
-      kubectl get nodes,pods,nodeclaims,nodepools,ec2nodeclasses,pdb -A -o yaml | karpy disruption -f -
+      karpy disruption -f examples/disruption/cluster.yaml
+      kubectl get no,po,nodeclaim,nodepool,ec2nodeclass,pdb -A -o yaml >snap.yaml
       karpy disruption -f snap.yaml --now 2026-01-05T03:00:00Z -o json
-      karpy disruption -f snap.yaml --apply pools.yaml        drift preview of an edited NodePool
+      karpy disruption -f snap.yaml --apply pools.yaml     (drift preview)
     """
     from controller.disruption import types as T
     from controller.disruption.documents import DisruptionInputError, parse_now

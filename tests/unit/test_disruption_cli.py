@@ -1,0 +1,227 @@
+"""`karpy disruption` (CliRunner and the real command as a process on the bundled example), its DisruptionPlan
+output and table, the drift preview, and `karpy status`'s disruption state rendering."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from cli import main
+from controller.catalog.snapshot import load_catalog
+from controller.disruption.documents import DisruptionInput, parse_now
+from controller.disruption.render import DisruptionResult, DriftEntry, render, to_dict
+from controller.disruption.types import Blocked, Candidate, Command, Expired, Pass, Replacement, Snapshot
+from controller.ops.output import API_VERSION
+from controller.scheduling.nodeclaim import PlannedNodeClaim
+from controller.scheduling.requirements import Requirements
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "disruption" / "cluster.yaml"
+PROPOSAL = ROOT / "examples" / "disruption" / "nodepool-no-m.yaml"
+SATURDAY = "2026-11-28T12:00:00Z"  # the example's drift budget (Berlin business hours) is not active
+MONDAY_BERLIN_MORNING = "2026-11-30T09:30:00Z"  # 10:30 in Berlin: the Drifted budget allows none
+
+
+def _karpy(*args: str) -> Any:
+    return CliRunner().invoke(main, ["disruption", *args], prog_name="karpy", env={"COLUMNS": "80"})
+
+
+# ---- rendering (a Pass built by hand: the renderer's own contract) --------------------------------------------------
+
+def _candidate(i: int, price: float = 0.192) -> Candidate:
+    return Candidate(nodeclaim={"metadata": {"name": f"claim-{i}"}}, node={"metadata": {"name": f"node-{i}"}},
+                     nodepool="general", instance_type="m5.xlarge", capacity_type="on-demand", zone="us-east-1a",
+                     price=price, disruption_cost=1.25)
+
+
+def _result(p: Pass, blocked: list[Blocked] | None = None, drift: list[DriftEntry] | None = None) -> DisruptionResult:
+    inp = DisruptionInput(snapshot=Snapshot(now=parse_now(SATURDAY)), catalog=load_catalog(),
+                          blocked=blocked or [], notes=["a note"])
+    return DisruptionResult(input=inp, pass_=p, drift=drift, passes=2 if drift is not None else 0)
+
+
+def test_the_plan_document_has_every_field_of_a_command():
+    it = next(t for t in load_catalog().instance_types if t.name == "m5.large")
+    planned = PlannedNodeClaim(node_pool="general", requirements=Requirements(), instance_type_options=[it],
+                               instance_type=it, capacity_type="on-demand", zone="us-east-1a", price_per_hour=0.096,
+                               pods=[])
+    cmd = Command(method="SingleNodeConsolidation", reason="Underutilized", candidates=[_candidate(1)],
+                  replacements=[Replacement(planned)])
+    p = Pass(method="SingleNodeConsolidation", commands=[cmd], expired=[Expired("old", "node-old", "general")],
+             blocked=[Blocked("claim-9", "node-9", "pdb prevents pod evictions"),
+                      Blocked("claim-8", "node-8", "pass says something else")],
+             allowed={("general", "Underutilized"): 2})
+    doc = to_dict(_result(p, blocked=[Blocked("claim-8", "node-8", 'NodePool "x" is not in the input')]))
+    assert doc["apiVersion"] == API_VERSION and doc["kind"] == "DisruptionPlan"
+    assert doc["now"] == SATURDAY and doc["method"] == "SingleNodeConsolidation"
+    assert doc["commands"] == [{
+        "method": "SingleNodeConsolidation", "reason": "Underutilized", "decision": "replace",
+        "candidates": [{"nodeClaim": "claim-1", "node": "node-1", "nodePool": "general", "instanceType": "m5.xlarge",
+                        "capacityType": "on-demand", "zone": "us-east-1a", "pricePerHour": 0.192,
+                        "disruptionCost": 1.25}],
+        "replacements": [{"nodePool": "general", "instanceType": "m5.large", "instanceTypeOptions": ["m5.large"],
+                          "capacityType": "on-demand", "zone": "us-east-1a", "pricePerHour": 0.096, "pods": []}],
+        "savingsPerHour": 0.096}]
+    assert doc["expired"] == [{"nodeClaim": "old", "node": "node-old", "nodePool": "general"}]
+    # the input's reason first, one entry per NodeClaim
+    assert doc["blocked"] == [{"nodeClaim": "claim-8", "node": "node-8", "reason": 'NodePool "x" is not in the input'},
+                              {"nodeClaim": "claim-9", "node": "node-9", "reason": "pdb prevents pod evictions"}]
+    assert doc["allowedDisruptions"] == [{"nodePool": "general", "reason": "Underutilized", "allowed": 2}]
+    assert "drift" not in doc and doc["notes"] == ["a note"]
+
+
+def test_the_table_is_one_line_per_command_and_groups_blocked_nodes_within_80_columns():
+    commands = [Command(method="Emptiness", reason="Empty", candidates=[_candidate(i)]) for i in range(3)]
+    blocked = [Blocked(f"claim-{i}", f"node-{i}", 'pod "shop/db-0" has "karpenter.sh/do-not-disrupt" annotation')
+               for i in range(1000)] + [Blocked("other", "node-x", "node isn't initialized")]
+    text = render(_result(Pass(method="Emptiness", commands=commands, blocked=blocked)), "table", width=80)
+    lines = text.splitlines()
+    assert all(len(line) <= 80 for line in lines), [line for line in lines if len(line) > 80]
+    assert "NEXT PASS: Emptiness, 3 command(s), saves $0.5760/h" in text
+    assert sum(1 for line in lines if line.startswith("Emptiness")) == 3
+    assert "BLOCKED (1001)" in text
+    group = next(i for i, line in enumerate(lines) if "do-not-disrupt" in line)
+    assert "(1000):" in " ".join(lines[group:group + 2]) and "and 990 more" in " ".join(lines[group:group + 4])
+    assert len(lines) < 30
+
+
+def test_the_table_and_document_of_a_drift_preview():
+    drift = [DriftEntry(f"claim-{i}", f"node-{i}", "general", "RequirementsDrifted", 1 + i // 3, "Drift")
+             for i in range(7)] + [DriftEntry("stuck", "node-s", "general", "NodePoolDrifted", 0)]
+    result = _result(Pass(), drift=drift)
+    doc = to_dict(result)
+    assert doc["passes"] == 2 and len(doc["drift"]) == 8
+    assert doc["drift"][0] == {"nodeClaim": "claim-0", "node": "node-0", "nodePool": "general",
+                               "reason": "RequirementsDrifted", "pass": 1, "method": "Drift"}
+    assert doc["drift"][-1]["pass"] is None and doc["drift"][-1]["method"] is None
+    lines = render(result, "table", width=80).splitlines()
+    assert all(len(line) <= 80 for line in lines)
+    assert "NEXT PASS: no command (nothing to disrupt now)" in lines
+    assert any(line.startswith("DRIFT PREVIEW (8 NodeClaim(s) would drift") for line in lines)
+    rows = [line for line in lines if line[:1].isdigit() or line.startswith("not within")]
+    assert [r.split()[:2] for r in rows[:3]] == [["1", "3"], ["2", "3"], ["3", "1"]]
+    assert rows[-1].startswith("not within the preview")
+
+
+# ---- the command on the bundled example ----------------------------------------------------------------------------
+
+def test_the_bundled_example_shows_consolidation_and_blocked_nodes():
+    res = _karpy("-f", str(EXAMPLE), "--now", SATURDAY, "-o", "json")
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["kind"] == "DisruptionPlan" and doc["method"] in ("MultiNodeConsolidation", "SingleNodeConsolidation")
+    assert doc["commands"] and all(c["reason"] == "Underutilized" for c in doc["commands"])
+    moved = {c["nodeClaim"] for cmd in doc["commands"] for c in cmd["candidates"]}
+    assert moved <= {"general-x7k2p", "general-b9mqd", "general-r4tvn"}  # the half-empty m5.xlarge nodes
+    assert all(cmd["savingsPerHour"] > 0 for cmd in doc["commands"])
+    reasons = {b["nodeClaim"]: b["reason"] for b in doc["blocked"]}
+    assert "do-not-disrupt" in reasons["general-c8wzl"]
+    assert "pdb" in reasons["general-h2sfj"].lower()
+    assert not any(b["node"] == "ip-10-0-3-60" for b in doc["blocked"])  # no NodeClaim: capacity, not blocked
+
+
+def test_table_and_yaml_outputs_of_the_example():
+    res = _karpy("-f", str(EXAMPLE), "--now", SATURDAY)
+    assert res.exit_code == 0, res.output
+    assert all(len(line) <= 80 for line in res.output.splitlines()), res.output
+    assert "NEXT PASS:" in res.output and "BLOCKED (2)" in res.output
+    res = _karpy("-f", str(EXAMPLE), "--now", SATURDAY, "-o", "yaml")
+    assert res.exit_code == 0 and yaml.safe_load(res.stdout)["kind"] == "DisruptionPlan"
+
+
+def test_the_drift_preview_of_the_example_follows_the_budgets():
+    res = _karpy("-f", str(EXAMPLE), "--apply", str(PROPOSAL), "--now", SATURDAY, "-o", "json")
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    drift = {d["nodeClaim"]: d for d in doc["drift"]}
+    assert set(drift) == {"general-x7k2p", "general-b9mqd", "general-r4tvn", "general-c8wzl", "general-h2sfj"}
+    assert {d["reason"] for d in drift.values()} == {"RequirementsDrifted"}
+    # the budget (50% of 5 nodes: 3) lets at most 3 go in a pass; the do-not-disrupt and PDB nodes never go
+    counts: dict[int, int] = {}
+    for d in drift.values():
+        if d["pass"]:
+            counts[d["pass"]] = counts.get(d["pass"], 0) + 1
+    assert counts and max(counts.values()) <= 3 and min(counts) == 1
+    assert drift["general-c8wzl"]["pass"] is None and drift["general-h2sfj"]["pass"] is None
+    assert any("not disrupted" in n for n in doc["notes"])
+
+
+def test_a_budget_in_the_proposals_time_zone_holds_the_rollout():
+    res = _karpy("-f", str(EXAMPLE), "--apply", str(PROPOSAL), "--now", MONDAY_BERLIN_MORNING, "-o", "json")
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert not any(d["pass"] and d["method"] == "Drift" for d in doc["drift"])
+
+
+@pytest.mark.parametrize(("args", "code", "message"), [
+    (["--now", "tomorrow"], 2, "Invalid value for --now: 'tomorrow' is not an RFC 3339 time"),
+    (["--feature-gates", "Drift=true"], 2, "Drift is always on"),
+    (["--feature-gates", "SpotToSpot=true"], 2, "unknown feature gate SpotToSpot"),
+    (["--catalog", "nowhere"], 1, "catalog 'nowhere': neither a bundled catalog"),
+    (["--apply", str(EXAMPLE.parent.parent / "workloads.yaml")], 1, "--apply: no NodePool or EC2NodeClass"),
+])
+def test_bad_flags_are_one_line(args, code, message):
+    res = _karpy("-f", str(EXAMPLE), *args)
+    assert res.exit_code == code, res.output
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], res.output
+
+
+def test_gates_are_accepted(tmp_path):
+    res = _karpy("-f", str(EXAMPLE), "--now", SATURDAY, "--feature-gates",
+                 "SpotToSpotConsolidation=true,ManyToManyConsolidation=true", "-o", "json")
+    assert res.exit_code == 0, res.output
+
+
+def test_an_invalid_document_is_one_line(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: p, namespace: a}\n"
+                   "spec: {maxUnavailable: -1}\n")
+    res = _karpy("-f", str(EXAMPLE), "-f", str(bad))
+    assert res.exit_code == 1
+    assert res.output.strip() == (f"error: {bad}: document 1 PodDisruptionBudget/p: spec.maxUnavailable: must be a "
+                                  "non-negative integer or a percentage, got -1")
+
+
+def test_the_real_command_runs_on_the_bundled_example():
+    proc = subprocess.run([sys.executable, "-c", "import cli; cli.main()", "disruption", "-f", str(EXAMPLE),
+                           "--now", SATURDAY, "-o", "json"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    doc = json.loads(proc.stdout)
+    assert doc["kind"] == "DisruptionPlan" and doc["commands"]
+
+
+# ---- karpy status: the disruption state ---------------------------------------------------------------------------
+
+def test_status_disruption_state_from_conditions_and_events():
+    from controller.ops.status import disruption_state, render_table
+
+    def claim(*conds: tuple[str, str, str]) -> dict[str, Any]:
+        return {"status": {"conditions": [{"type": t, "status": s, "reason": r} for t, s, r in conds]}}
+
+    drifted = disruption_state(claim(("Drifted", "True", "AMIDrift"), ("Consolidatable", "True", "Consolidatable")))
+    assert drifted == {"drifted": "AMIDrift", "consolidatable": True, "disrupting": None, "blocked": None}
+    assert disruption_state(claim(("Drifted", "False", "NotDrifted")))["drifted"] is None
+    assert disruption_state(claim(), "pdb prevents pod evictions")["blocked"] == "pdb prevents pod evictions"
+    assert disruption_state(claim(("DisruptionReason", "True", "Drifted")))["disrupting"] == "Drifted"
+    row = {"name": "c1", "nodePool": "p", "state": "Ready", "ageSeconds": 60, "instanceType": "m5.large",
+           "zone": "us-east-1a", "capacityType": "spot", "pricePerHour": 0.04, "node": "n1"}
+    doc = {"cluster": "https://k", "nodePools": [], "pendingPods": [], "prices": "x", "notes": [],
+           "nodeClaims": [{**row, "disruption": drifted},
+                          {**row, "name": "c2", "disruption": disruption_state(claim(), "x " * 100)},
+                          {**row, "name": "c3", "disruption": disruption_state(claim())}]}
+    lines = render_table(doc, width=80).splitlines()
+    assert all(len(line) <= 80 for line in lines)
+    start = lines.index("DISRUPTION (2)")
+    assert lines[start + 2].startswith("c1") and "Drifted,Consolidatable" in lines[start + 2]
+    assert lines[start + 3].strip() == "AMIDrift"
+    assert lines[start + 4].startswith("c2") and "Blocked" in lines[start + 4]
+    assert not any(line.startswith("c3") for line in lines[start:])
