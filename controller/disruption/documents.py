@@ -314,12 +314,18 @@ def _assemble(out: DisruptionInput, pools: dict[str, Obj], classes: dict[str, Ob
             snap.disrupting.add(name)  # a command of the controller already holds it (the disrupted taint)
         if nodepool is None:
             continue
-        ok = consolidatable(claim, nodepool, snap.now)
-        C.set_condition(status, "Consolidatable", bool(ok), now=snap.now)
-        if C.is_true(status, "Drifted"):
-            continue  # the controller's own finding stands (its reason is on the condition)
-        why = drift_reason(claim, nodepool, snap.instance_types.get(pool_name or "", [])) or _nodeclass_drift(
-            claim, classes.get(str((claim.get("spec") or {}).get("nodeClassRef", {}).get("name", ""))))
+        try:
+            ok = consolidatable(claim, nodepool, snap.now)
+            C.set_condition(status, "Consolidatable", bool(ok), now=snap.now)
+            if C.is_true(status, "Drifted"):
+                continue  # the controller's own finding stands (its reason is on the condition)
+            why = drift_reason(claim, nodepool, snap.instance_types.get(pool_name or "", [])) or _nodeclass_drift(
+                claim, classes.get(str((claim.get("spec") or {}).get("nodeClassRef", {}).get("name", ""))))
+        except (ValueError, TypeError, KeyError, AttributeError) as e:  # a field the rules cannot read
+            if not reason:
+                out.blocked.append(Blocked(nodeclaim=name, node=node_name, reason=f"its disruption state cannot "
+                                           f"be evaluated: {' '.join(str(e).split())[:200]}"))
+            continue
         if why:
             snap.drifted[name] = why
     snap.nodeclaims = claims

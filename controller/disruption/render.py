@@ -150,16 +150,21 @@ def _table(result: DisruptionResult, width: int | None = None) -> str:
         for d in drift:
             by_pass.setdefault(d["pass"] or 0, []).append(d)
         drift_rows: list[tuple[str, ...]] = []
+        pass_claims: list[list[str]] = []
         for number in sorted(by_pass, key=lambda n: (n == 0, n)):
             entries = by_pass[number]
             reasons: dict[str, int] = {}
             for d in entries:
                 reasons[d["reason"]] = reasons.get(d["reason"], 0) + 1
             drift_rows.append((str(number) if number else "not within the preview", str(len(entries)),
-                         ", ".join(f"{r} ({n})" for r, n in reasons.items()),
-                         _listed([d["nodeClaim"] for d in entries])))
+                               ", ".join(f"{r} ({n})" for r, n in reasons.items())))
+            pass_claims.append([d["nodeClaim"] for d in entries])
         if drift_rows:
-            lines += table(("PASS", "NODES", "REASONS", "NODECLAIMS"), drift_rows, width, gap=2, shrink=(3, 2))
+            rendered = table(("PASS", "NODES", "REASONS"), drift_rows, width, gap=2, shrink=(2,))
+            lines.append(rendered[0])
+            for line, claims in zip(rendered[1:], pass_claims, strict=True):
+                lines.append(line)
+                lines += wrap(_listed(claims), width, "    ", "      ")
     for n in data["notes"]:
         lines += wrap(f"note: {n}", width)
     return "\n".join(lines) + "\n"

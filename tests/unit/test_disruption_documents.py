@@ -81,7 +81,8 @@ def test_the_input_does_not_change_the_documents_it_reads():
 
 def test_nodeclaims_the_input_cannot_make_candidates_are_blocked_with_the_reason():
     def break_things(raws: list[dict[str, Any]]) -> None:
-        _find(raws, "NodeClaim", "general-x7k2p")["status"]["nodeName"] = "ip-gone"
+        gone = _find(raws, "NodeClaim", "general-x7k2p")["status"]
+        gone["nodeName"], gone["providerID"] = "ip-gone", "aws:///us-east-1a/i-gone"  # (matched by either)
         _find(raws, "NodeClaim", "general-b9mqd")["metadata"]["labels"][L.NODEPOOL] = "retired"
         del _find(raws, "Node", "ip-10-0-3-30")["metadata"]["labels"][L.ZONE]
         node = _find(raws, "Node", "ip-10-0-1-40")
@@ -183,8 +184,8 @@ spec:
      "spec: {selector: {matchExpressions: [{key: app, operator: Like}]}}\n",
      "bad.yaml: document 1 PodDisruptionBudget/p: spec.selector.matchExpressions[0]: needs a key and an operator "
      "In, NotIn, Exists or DoesNotExist"),
-    ("apiVersion: karpenter.sh/v1\nkind: NodeClaim\nmetadata: {name: c}\nspec: {requirements: 3}\n",
-     "bad.yaml: document 1 NodeClaim/c: spec"),
+    ("apiVersion: karpenter.sh/v1\nkind: NodeClaim\nmetadata: {name: c}\nspec: {nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: d}, requirements: 3}\n",
+     "bad.yaml: document 1 NodeClaim/c: spec.requirements: must be a list, got int 3"),
 ])
 def test_an_invalid_document_is_one_line_naming_file_and_field(yaml_text, message):
     with pytest.raises(DisruptionInputError) as e:
@@ -212,3 +213,51 @@ def test_propose_puts_the_proposed_pools_in_place_by_name():
     assert any("--apply reads only NodePools and EC2NodeClasses" in n for n in changed.notes)
     with pytest.raises(DisruptionInputError, match="no NodePool or EC2NodeClass"):
         propose(base, parse_documents("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n", "p.yaml"))
+
+
+def _paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    out = [prefix]
+    if isinstance(value, dict):
+        for k, v in value.items():
+            out += _paths(v, (*prefix, k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            out += _paths(v, (*prefix, i))
+    return out
+
+
+def test_a_wrong_value_anywhere_is_an_input_error_a_block_or_a_plan_never_a_crash():
+    """Fields of one NodeClaim, Node, Pod, PDB, NodePool and EC2NodeClass of the example replaced by values of other
+    types (fixed seed): reading the snapshot and running the pass end in DisruptionInputError or PassError, or in
+    a plan, and an error names a file or an object."""
+    import random
+
+    from controller.disruption.preview import PassError, plan
+
+    picks = [("NodeClaim", "general-x7k2p"), ("Node", "ip-10-0-1-10"), ("Pod", "web-5d8f7c9b6-2xkqp"),
+             ("PodDisruptionBudget", "db"), ("NodePool", "general"), ("EC2NodeClass", "default")]
+    base = [copy.deepcopy(d.raw) for d in load_documents([str(EXAMPLE)])]
+    targets = [(kind, name, path) for kind, name in picks
+               for path in _paths(_find(base, kind, name)) if len(path) >= 2 and path[:2] != ("metadata", "name")]
+    rng = random.Random(14)
+    wrong = [5, -1, "x", None, [1], {"a": 1}, 10**20, True, ""]
+    outcomes = {"error": 0, "plan": 0}
+    for kind, name, path in rng.sample(targets, min(150, len(targets))):
+        new = rng.choice(wrong)
+
+        def change(raws: list[dict[str, Any]], kind: str = kind, name: str = name, path: tuple[Any, ...] = path,
+                   new: Any = new) -> None:
+            target: Any = _find(raws, kind, name)
+            for step in path[:-1]:
+                target = target[step]
+            target[path[-1]] = new
+
+        try:
+            plan(_docs(change), now=LATER)
+            outcomes["plan"] += 1
+        except (DisruptionInputError, PassError) as e:
+            text = str(e)
+            assert "cluster.yaml" in text or "/" in text or "pass" in text, (kind, path, new, text[:300])
+            assert all(len(line) < 600 for line in text.splitlines()), text[:700]
+            outcomes["error"] += 1
+    assert outcomes["error"] > 10 and outcomes["plan"] > 10, outcomes
