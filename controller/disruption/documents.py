@@ -20,7 +20,8 @@ from controller.api import conditions as C
 from controller.api import labels as L
 from controller.api import validate_document
 from controller.api.documents import Document, short
-from controller.api.models import InvalidDocument, parse_ec2nodeclass, parse_nodeclaim, parse_nodepool
+from controller.api.kinds import KINDS
+from controller.api.schema import apply_defaults
 from controller.api.shapes import shape_errors
 from controller.catalog.snapshot import Catalog, load_catalog
 from controller.catalog.types import InstanceType
@@ -173,13 +174,13 @@ def load(documents: list[Document], catalog: str = "aws-us-east-1", now: float |
     workloads = 0
     for doc in documents:
         if doc.kind == "NodeClaim":
-            claims.append(_parsed(doc, parse_nodeclaim))
+            claims.append(_parsed(doc))
         elif doc.kind == "PodDisruptionBudget":
             pdbs.append(doc.raw)
         elif doc.kind == "NodePool":
-            pools[doc.name] = _parsed(doc, parse_nodepool)
+            pools[doc.name] = _parsed(doc)
         elif doc.kind == "EC2NodeClass":
-            classes[doc.name] = _parsed(doc, parse_ec2nodeclass)
+            classes[doc.name] = _parsed(doc)
         elif doc.kind in WORKLOAD_KINDS:
             workloads += 1  # a snapshot's Pods are the workloads' pods; expanding them again would count them twice
         else:
@@ -229,11 +230,10 @@ def load(documents: list[Document], catalog: str = "aws-us-east-1", now: float |
     return out
 
 
-def _parsed(doc: Document, parse: Any) -> Obj:
-    try:
-        return dict(parse(doc).manifest)
-    except InvalidDocument as e:  # validated above; kept for a rule the parser adds
-        raise DisruptionInputError(str(e)) from None
+def _parsed(doc: Document) -> Obj:
+    """A validated Karpenter document with the schema's defaults filled in, as the apiserver stores it (validated
+    once, above; leaves are shared with the input, which is never changed: _assemble works on copies)."""
+    return dict(apply_defaults(doc.raw, KINDS[(doc.api_version, doc.kind)]))
 
 
 def _unclaimed_nodes(snapshot: Snapshot) -> int:
@@ -252,9 +252,9 @@ def propose(base: DisruptionInput, documents: list[Document]) -> DisruptionInput
     notes: list[str] = []
     for doc in documents:
         if doc.kind == "NodePool":
-            pools[doc.name] = _parsed(doc, parse_nodepool)
+            pools[doc.name] = _parsed(doc)
         elif doc.kind == "EC2NodeClass":
-            classes[doc.name] = _parsed(doc, parse_ec2nodeclass)
+            classes[doc.name] = _parsed(doc)
         else:
             notes.append(f"{doc.ref}: --apply reads only NodePools and EC2NodeClasses; left out")
     if not any(d.kind in PROPOSABLE_KINDS for d in documents):
