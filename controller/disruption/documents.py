@@ -12,6 +12,7 @@ would at that moment.
 from __future__ import annotations
 
 import copy
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -111,6 +112,55 @@ def pdb_errors(doc: Document) -> list[str]:
                             out.append(f"{doc.ref}: spec.selector.matchExpressions[{i}]: needs a key and an "
                                        "operator In, NotIn, Exists or DoesNotExist")
     return out
+
+
+def _scaled(value: Any, total: int) -> int:
+    """An int-or-percent PDB field against `total` pods, percentages rounded up (as the disruption controller does)."""
+    if isinstance(value, str) and value.endswith("%"):
+        return math.ceil(int(value[:-1]) * total / 100)
+    return int(value)
+
+
+def _healthy(pod: Obj) -> bool:
+    """Ready as the disruption controller counts it; a pod without status (a manifest) is taken as running."""
+    if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return False
+    status = pod.get("status")
+    if not status:
+        return True
+    return C.is_true(status, "Ready")
+
+
+def pdb_status(pdb: Obj, pods: list[Obj]) -> dict[str, int]:
+    """The status the disruption controller would give a PodDisruptionBudget over these pods: expectedPods,
+    currentHealthy, desiredHealthy and disruptionsAllowed (the expected count is the matching pods: the
+    workloads' scale is not in a snapshot). Called for a PDB given without status, e.g. a manifest from git."""
+    from controller.scheduling.pod import LabelSelector, PodError, _selector
+
+    spec = pdb.get("spec") or {}
+    meta = pdb.get("metadata") or {}
+    namespace = meta.get("namespace") or "default"
+    raw = spec.get("selector")
+    try:  # no selector selects nothing
+        selector = _selector(raw, "spec.selector")
+    except PodError:
+        selector = LabelSelector(nothing=True)  # refused by pdb_errors before it gets here
+    if raw == {} and str(pdb.get("apiVersion")) != "policy/v1":
+        selector = LabelSelector(nothing=True)  # an empty selector: every pod of the namespace in policy/v1 only
+    matched = [p for p in pods if ((p.get("metadata") or {}).get("namespace") or "default") == namespace
+               and selector.matches({str(k): str(v) for k, v in ((p.get("metadata") or {}).get("labels")
+                                                                  or {}).items()})
+               and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
+    expected = len(matched)
+    healthy = sum(1 for p in matched if _healthy(p))
+    if spec.get("maxUnavailable") is not None:
+        desired = max(0, expected - _scaled(spec["maxUnavailable"], expected))
+    elif spec.get("minAvailable") is not None:
+        desired = _scaled(spec["minAvailable"], expected)
+    else:
+        desired = 0
+    return {"expectedPods": expected, "currentHealthy": healthy, "desiredHealthy": desired,
+            "disruptionsAllowed": max(0, healthy - desired)}
 
 
 def name_of(obj: Obj) -> str:
@@ -215,6 +265,14 @@ def load(documents: list[Document], catalog: str = "aws-us-east-1", now: float |
             inputs.daemonset_pod(d)
         except inputs.InputError as e:
             raise DisruptionInputError(str(e)) from None
+    computed = 0
+    for i, pdb in enumerate(pdbs):
+        if not isinstance(pdb.get("status"), dict) or "disruptionsAllowed" not in pdb["status"]:
+            pdbs[i] = {**pdb, "status": pdb_status(pdb, pods)}
+            computed += 1
+    if computed:
+        notes.append(f"{computed} PodDisruptionBudget(s) without status: disruptionsAllowed computed from the pods "
+                     "they select, as the disruption controller would")
     snapshot = Snapshot(now=time.time() if now is None else now, nodeclaims=claims,
                         nodes=[d.raw for d in sim.nodes], pods=pods, pdbs=pdbs, daemonsets=daemonsets,
                         volumes=sim.volumes)

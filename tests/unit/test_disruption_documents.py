@@ -184,7 +184,8 @@ spec:
      "spec: {selector: {matchExpressions: [{key: app, operator: Like}]}}\n",
      "bad.yaml: document 1 PodDisruptionBudget/p: spec.selector.matchExpressions[0]: needs a key and an operator "
      "In, NotIn, Exists or DoesNotExist"),
-    ("apiVersion: karpenter.sh/v1\nkind: NodeClaim\nmetadata: {name: c}\nspec: {nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: d}, requirements: 3}\n",
+    ("apiVersion: karpenter.sh/v1\nkind: NodeClaim\nmetadata: {name: c}\n"
+     "spec: {nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: d}, requirements: 3}\n",
      "bad.yaml: document 1 NodeClaim/c: spec.requirements: must be a list, got int 3"),
 ])
 def test_an_invalid_document_is_one_line_naming_file_and_field(yaml_text, message):
@@ -261,3 +262,38 @@ def test_a_wrong_value_anywhere_is_an_input_error_a_block_or_a_plan_never_a_cras
             assert all(len(line) < 600 for line in text.splitlines()), text[:700]
             outcomes["error"] += 1
     assert outcomes["error"] > 10 and outcomes["plan"] > 10, outcomes
+
+
+@pytest.mark.parametrize(("spec", "api", "allowed"), [
+    ({"maxUnavailable": 1, "selector": {"matchLabels": {"app": "web"}}}, "policy/v1", 0),  # 3 expected, 2 healthy
+    ({"maxUnavailable": 2, "selector": {"matchLabels": {"app": "web"}}}, "policy/v1", 1),
+    ({"maxUnavailable": "50%", "selector": {"matchLabels": {"app": "web"}}}, "policy/v1", 1),  # 2 of 3, 1 unready
+    ({"minAvailable": 2, "selector": {"matchLabels": {"app": "web"}}}, "policy/v1", 0),
+    ({"minAvailable": "34%", "selector": {"matchLabels": {"app": "web"}}}, "policy/v1", 0),  # ceil(1.02) = 2
+    ({"minAvailable": 0, "selector": {}}, "policy/v1", 3),  # every pod of the namespace: 2 web + 1 other ready
+    ({"minAvailable": 0, "selector": {}}, "policy/v1beta1", 0),  # selects nothing in v1beta1
+    ({"maxUnavailable": 0}, "policy/v1", 0),  # no selector: nothing selected, nothing healthy
+])
+def test_a_pdb_without_status_gets_the_disruption_controllers_count(spec, api, allowed):
+    from controller.disruption.documents import pdb_status
+
+    def pod(name: str, app: str, ready: str | None) -> dict[str, Any]:
+        status = None if ready is None else {"phase": "Running", "conditions": [{"type": "Ready", "status": ready}]}
+        return {"metadata": {"name": name, "namespace": "shop", "labels": {"app": app}},
+                **({"status": status} if status else {})}
+
+    pods = [pod("w1", "web", "True"), pod("w2", "web", None), pod("w3", "web", "False"), pod("o", "other", "True"),
+            {"metadata": {"name": "elsewhere", "namespace": "b", "labels": {"app": "web"}}}]
+    pdb = {"apiVersion": api, "kind": "PodDisruptionBudget", "metadata": {"name": "p", "namespace": "shop"},
+           "spec": spec}
+    assert pdb_status(pdb, pods)["disruptionsAllowed"] == allowed
+
+
+def test_a_pdb_manifest_without_status_is_counted_and_noted():
+    def strip(raws: list[dict[str, Any]]) -> None:
+        del _find(raws, "PodDisruptionBudget", "db")["status"]
+
+    inp = load(_docs(strip), now=LATER)
+    assert inp.snapshot.pdbs[0]["status"] == {"expectedPods": 1, "currentHealthy": 1, "desiredHealthy": 1,
+                                              "disruptionsAllowed": 0}
+    assert any("1 PodDisruptionBudget(s) without status" in n for n in inp.notes)
