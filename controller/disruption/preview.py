@@ -58,11 +58,35 @@ def plan(docs: list[Document], catalog: str = "aws-us-east-1", now: float | None
     compute = compute or default_compute()
     base = documents.load(docs, catalog=catalog, now=now)
     if proposed is None:
-        return DisruptionResult(input=base, pass_=_compute(compute, base.snapshot, options))
+        first, notes = _first_pass(compute, base, options)
+        return DisruptionResult(input=base, pass_=first, notes=notes)
     changed = documents.propose(base, proposed)
-    first = _compute(compute, changed.snapshot, options)
-    drift, passes, notes = preview(base, changed, options, compute, max_passes)
-    return DisruptionResult(input=changed, pass_=first, drift=drift, passes=passes, notes=notes)
+    first, notes = _first_pass(compute, changed, options)
+    drift, passes, more = preview(base, changed, options, compute, max_passes)
+    return DisruptionResult(input=changed, pass_=first, drift=drift, passes=passes, notes=notes + more)
+
+
+def _first_pass(compute: ComputePass, inp: documents.DisruptionInput, options: Options) -> tuple[Pass, list[str]]:
+    """The pass over the input; should it fail on the NodeClaims the input already blocks (a NodePool or Node
+    missing, labels missing), the pass over the rest, saying so."""
+    try:
+        return _compute(compute, inp.snapshot, options), []
+    except PassError as e:
+        if not inp.blocked:
+            raise
+        first_error = e
+    held = {b.nodeclaim for b in inp.blocked}
+    snap = inp.snapshot
+    nodes = {str((c.get("status") or {}).get("nodeName") or "") for c in snap.nodeclaims
+             if documents.name_of(c) in held}
+    rest = Snapshot(now=snap.now, nodepools=snap.nodepools, nodeclasses=snap.nodeclasses,
+                    nodeclaims=[c for c in snap.nodeclaims if documents.name_of(c) not in held],
+                    nodes=[n for n in snap.nodes if documents.name_of(n) not in nodes], pods=snap.pods,
+                    pdbs=snap.pdbs, daemonsets=snap.daemonsets, instance_types=snap.instance_types,
+                    nodepool_not_ready=snap.nodepool_not_ready, volumes=snap.volumes, drifted=snap.drifted,
+                    disrupting=snap.disrupting - held)
+    return _compute(compute, rest, options), [f"the pass left out the {len(held)} blocked NodeClaim(s) and their "
+                                              f"Nodes ({str(first_error)[:200]})"]
 
 
 def would_drift(base: documents.DisruptionInput, changed: documents.DisruptionInput) -> dict[str, str]:
