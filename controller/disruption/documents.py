@@ -340,7 +340,12 @@ def _assemble(out: DisruptionInput, pools: dict[str, Obj], classes: dict[str, Ob
     snap.nodeclasses = dict(classes)
     snap.instance_types = {}
     snap.nodepool_not_ready = {}
+    from controller.disruption.budgets import budget_errors
+
+    budget_notes = []
     for name, pool in pools.items():
+        budget_notes += [f"NodePool {name}: {e} (the pool disrupts nothing until it is fixed: budgets fail closed)"
+                         for e in budget_errors(pool, snap.now)]
         ref = str((((pool.get("spec") or {}).get("template") or {}).get("spec") or {}).get("nodeClassRef", {})
                   .get("name", ""))
         nodeclass = classes.get(ref)
@@ -387,6 +392,8 @@ def _assemble(out: DisruptionInput, pools: dict[str, Obj], classes: dict[str, Ob
         if why:
             snap.drifted[name] = why
     snap.nodeclaims = claims
+    out.notes = [n for n in out.notes if not n.startswith("NodePool ") or "budgets fail closed" not in n]
+    out.notes += budget_notes
 
 
 def _input_block(claim: Obj, node: Obj | None, node_name: str, pool_name: str | None, pool: Obj | None,

@@ -297,3 +297,13 @@ def test_a_pdb_manifest_without_status_is_counted_and_noted():
     assert inp.snapshot.pdbs[0]["status"] == {"expectedPods": 1, "currentHealthy": 1, "desiredHealthy": 1,
                                               "disruptionsAllowed": 0}
     assert any("1 PodDisruptionBudget(s) without status" in n for n in inp.notes)
+
+
+def test_a_budget_that_cannot_be_read_is_a_note_that_it_fails_closed():
+    def bad_budget(raws: list[dict[str, Any]]) -> None:
+        budgets = _find(raws, "NodePool", "general")["spec"]["disruption"]["budgets"]
+        budgets[1]["schedule"] = "CRON_TZ=Mars/Olympus 0 9 * * mon-fri"
+
+    inp = load(_docs(bad_budget), now=LATER)
+    notes = [n for n in inp.notes if n.startswith("NodePool general: spec.disruption.budgets[1]")]
+    assert len(notes) == 1 and "fail closed" in notes[0] and "Mars/Olympus" in notes[0], inp.notes
