@@ -332,7 +332,7 @@ def _assemble(out: DisruptionInput, pools: dict[str, Obj], classes: dict[str, Ob
     """Fill what depends on the NodePools and NodeClasses: each pool's instance types and readiness, the
     NodeClaims' recomputed Consolidatable condition, drift, what is already being disrupted, and the input's
     blocks."""
-    from controller.nodeclaim.disruption import consolidatable, drift_reason
+    from controller.nodeclaim.disruption import consolidatable, drift_reason, nodeclass_drift
 
     snap = out.snapshot
     out.nodepools, out.nodeclasses = pools, classes
@@ -382,7 +382,9 @@ def _assemble(out: DisruptionInput, pools: dict[str, Obj], classes: dict[str, Ob
             C.set_condition(status, "Consolidatable", bool(ok), now=snap.now)
             if C.is_true(status, "Drifted"):
                 continue  # the controller's own finding stands (its reason is on the condition)
-            why = drift_reason(claim, nodepool, snap.instance_types.get(pool_name or "", [])) or _nodeclass_drift(
+            # the core's reasons, then the EC2NodeClass's as far as a snapshot tells them (its static hash, the
+            # image among its resolved AMIs; the instance's subnet and security groups are not in a snapshot)
+            why = drift_reason(claim, nodepool, snap.instance_types.get(pool_name or "", [])) or nodeclass_drift(
                 claim, classes.get(str((claim.get("spec") or {}).get("nodeClassRef", {}).get("name", ""))))
         except (ValueError, TypeError, KeyError, AttributeError) as e:  # a field the rules cannot read
             if not reason:
@@ -417,18 +419,3 @@ def _input_block(claim: Obj, node: Obj | None, node_name: str, pool_name: str | 
     if it not in known_types:
         return f'instance type "{it}" is not in catalog {catalog} (no price for it)'
     return ""
-
-
-def _nodeclass_drift(claim: Obj, nodeclass: Obj | None) -> str:
-    """NodeClassDrift: the NodeClaim's ec2nodeclass-hash differs from the NodeClass's current static hash, both
-    under the same hash version (a different version is re-stamped, never drift)."""
-    if nodeclass is None:
-        return ""
-    from controller.api.nodeclasshash import hash_annotations
-
-    ann = (claim.get("metadata") or {}).get("annotations") or {}
-    current = hash_annotations(nodeclass)
-    have = ann.get(L.EC2NODECLASS_HASH)
-    if not have or ann.get(L.EC2NODECLASS_HASH_VERSION) != current[L.EC2NODECLASS_HASH_VERSION]:
-        return ""
-    return "NodeClassDrift" if have != current[L.EC2NODECLASS_HASH] else ""
