@@ -38,6 +38,12 @@ FEATURE_GATE_DEFAULTS: dict[str, bool] = {
     "NodeOverlay": False,
     "StaticCapacity": False,
     "CapacityBuffer": False,
+    # karpy's own gates, beyond Karpenter (off by default, so the defaults decide exactly as Karpenter does):
+    # an EC2 rebalance recommendation marks the NodeClaim Drifted (reason RebalanceRecommendation), replaced within
+    # the Drifted budget
+    "RebalanceRecommendationDrift": False,
+    # multi-node consolidation may replace N candidates with M < N cheaper NodeClaims (Karpenter: N -> 1)
+    "ManyToManyConsolidation": False,
 }
 REMOVED_FEATURE_GATES = {"Drift": "Drift is always on since Karpenter v1 (control it with disruption budgets)"}
 

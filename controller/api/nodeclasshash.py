@@ -5,7 +5,9 @@ lists compared as sets and zero values treated as absent.
 
 The value is karpy's own (a SHA-256 over canonical JSON, printed as a decimal like Karpenter's), not Go's
 hashstructure, so it differs from the value Karpenter writes for the same spec; it is stable across runs, processes
-and versions of karpy until EC2NODECLASS_HASH_VERSION changes. The version string follows Karpenter's ("v4").
+and versions of karpy until EC2NODECLASS_HASH_VERSION changes. The version is karpy's own, never Karpenter's ("v4"):
+a NodeClaim stamped under another version (Karpenter's, or an older karpy's) is re-stamped, never drifted, and
+Karpenter does the same with what karpy wrote, so moving a cluster between the two replaces no node.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 
 from controller.api import labels as L
 
-EC2NODECLASS_HASH_VERSION = "v4"
+EC2NODECLASS_HASH_VERSION = "karpy-v1"
 # spec fields tagged `hash:"ignore"` in Karpenter's EC2NodeClassSpec
 HASH_IGNORED = ("subnetSelectorTerms", "securityGroupSelectorTerms", "capacityReservationSelectorTerms",
                 "ipPrefixCount", "amiSelectorTerms", "amiFamily")
@@ -35,14 +37,14 @@ def ami_family(spec: dict[str, Any]) -> str:
     return "Custom"
 
 
-def _canonical(value: Any) -> Any:
+def canonical(value: Any) -> Any:
     """Zero values dropped (IgnoreZeroValue, ZeroNil) and lists sorted by their members' canonical form
     (SlicesAsSets); None when nothing is left."""
     if isinstance(value, dict):
-        out = {str(k): c for k, c in ((k, _canonical(v)) for k, v in value.items()) if c is not None}
+        out = {str(k): c for k, c in ((k, canonical(v)) for k, v in value.items()) if c is not None}
         return out or None
     if isinstance(value, list):
-        items = [c for c in (_canonical(v) for v in value) if c is not None]
+        items = [c for c in (canonical(v) for v in value) if c is not None]
         if not items:
             return None
         return sorted(items, key=lambda c: json.dumps(c, sort_keys=True, separators=(",", ":")))
@@ -57,7 +59,7 @@ def ec2nodeclass_hash(nodeclass: dict[str, Any]) -> str:
     family = ami_family(spec)
     for key in HASH_IGNORED:
         spec.pop(key, None)
-    doc = [_canonical(spec), family]
+    doc = [canonical(spec), family]
     digest = hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
     return str(int(digest[:16], 16))
 

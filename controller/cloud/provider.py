@@ -174,3 +174,8 @@ class CloudProvider(Protocol):
     def get_instance_types(self, nodeclass: NodeClass) -> builtins.list[InstanceType]:
         """Instance types with offerings as seen through a node class's kubelet settings."""
         ...
+
+    def is_drifted(self, nodeclaim: Mapping[str, Any], nodeclass: Mapping[str, Any] | None) -> str:
+        """Why the NodeClaim's machine drifted from its node class ("" when it has not): NodeClassDrift, AMIDrift,
+        SecurityGroupDrift, SubnetDrift, CapacityReservationDrift (NodeClaimNotFoundError when the machine is gone)."""
+        ...

@@ -7,13 +7,15 @@ import json
 from typing import Any
 
 from controller.api import labels as L
+from controller.api.nodeclasshash import canonical
 from controller.api.quantity import format_quantity
 from controller.catalog.types import InstanceType
 from controller.scheduling.requirements import Requirement, Requirements
 
 # Karpenter's cap on the instance types one NodeClaim carries (the AWS provider narrows to 60 for CreateFleet)
 MAX_INSTANCE_TYPES = 600
-NODEPOOL_HASH_VERSION = "v3"
+# karpy's own hash version, never Karpenter's ("v3"): each re-stamps a NodeClaim stamped by the other, no drift
+NODEPOOL_HASH_VERSION = "karpy-v1"
 # requirements are excluded from the static hash: their drift is computed separately, as Karpenter does
 _HASH_IGNORED = ("requirements",)
 
@@ -23,7 +25,9 @@ def nodepool_hash(nodepool: dict[str, Any]) -> str:
     template = json.loads(json.dumps((nodepool.get("spec") or {}).get("template") or {}))
     for key in _HASH_IGNORED:
         (template.get("spec") or {}).pop(key, None)
-    digest = hashlib.sha256(json.dumps(template, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    # lists as sets, zero values as absent (Karpenter's SlicesAsSets, IgnoreZeroValue): reordering taints is no drift
+    doc = canonical(template)
+    digest = hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
     return str(int(digest[:16], 16))
 
 

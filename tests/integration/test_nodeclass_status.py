@@ -77,7 +77,7 @@ def test_status_resolved_and_ready_and_launches_read_it(kube, world, aws_client)
                   "Ready"):
             assert conds[c][0] == "True", (c, conds[c])
         # annotated with the hash of its spec, as Karpenter's nodeclass hash controller does
-        hashed = {L.EC2NODECLASS_HASH: ec2nodeclass_hash(got), L.EC2NODECLASS_HASH_VERSION: "v4"}
+        hashed = {L.EC2NODECLASS_HASH: ec2nodeclass_hash(got), L.EC2NODECLASS_HASH_VERSION: "karpy-v1"}
         assert {k: got["metadata"]["annotations"].get(k) for k in hashed} == hashed
         # a second pass changes nothing (no status write when nothing moved)
         rv = got["metadata"]["resourceVersion"]

@@ -116,7 +116,7 @@ def test_nodeclaim_manifest_shape():
     assert meta["labels"] == {"team": "a", L.NODEPOOL: "general", L.EC2NODECLASS: "default"}
     assert meta["annotations"]["note"] == "x"
     assert meta["annotations"][L.NODEPOOL_HASH] == nodepool_hash(pool)
-    assert meta["annotations"][L.NODEPOOL_HASH_VERSION] == "v3"
+    assert meta["annotations"][L.NODEPOOL_HASH_VERSION] == "karpy-v1"
     assert meta["ownerReferences"] == [{"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "name": "general",
                                         "uid": "np-uid", "blockOwnerDeletion": True}]
     keys = [r["key"] for r in spec["requirements"]]
@@ -359,7 +359,7 @@ def test_ec2nodeclass_hash_covers_what_karpenter_hashes_and_nothing_else():
     # karpy's own function: stable across processes and releases until the hash version changes
     assert ec2nodeclass_hash({"spec": {"role": "R", "amiSelectorTerms": [{"alias": "al2023@latest"}]}}) == \
         "5489248911897840784"
-    assert EC2NODECLASS_HASH_VERSION == "v4"
+    assert EC2NODECLASS_HASH_VERSION == "karpy-v1"
 
 
 def test_the_nodeclass_and_its_launched_nodeclaims_carry_the_hash():
@@ -372,7 +372,7 @@ def test_the_nodeclass_and_its_launched_nodeclaims_carry_the_hash():
         L.EC2NODECLASS_HASH: "2", L.EC2NODECLASS_HASH_VERSION: EC2NODECLASS_HASH_VERSION}},
         "spec": {"nodeClassRef": {"name": "default"}}})
     written = reconcile_hash(w.kube, w.kube.cluster, nodeclass)
-    want = {L.EC2NODECLASS_HASH: ec2nodeclass_hash(nodeclass), L.EC2NODECLASS_HASH_VERSION: "v4"}
+    want = {L.EC2NODECLASS_HASH: ec2nodeclass_hash(nodeclass), L.EC2NODECLASS_HASH_VERSION: "karpy-v1"}
     assert {k: written["metadata"]["annotations"][k] for k in want} == want
     assert {k: w.kube.get(R.NODECLAIMS, "old")["metadata"]["annotations"][k] for k in want} == want
     assert w.kube.get(R.NODECLAIMS, "current")["metadata"]["annotations"][L.EC2NODECLASS_HASH] == "2"

@@ -48,7 +48,8 @@ def test_every_default():
         "disable_leader_election": False, "leader_election_name": "karpenter-leader-election",
         "leader_election_namespace": "kube-system", "system_namespace": "kube-system",
         "feature_gates": {"NodeRepair": False, "ReservedCapacity": True, "SpotToSpotConsolidation": False,
-                          "NodeOverlay": False, "StaticCapacity": False, "CapacityBuffer": False},
+                          "NodeOverlay": False, "StaticCapacity": False, "CapacityBuffer": False,
+                          "RebalanceRecommendationDrift": False, "ManyToManyConsolidation": False},
         "preference_policy": "Respect", "min_values_policy": "Strict", "vm_memory_overhead_percent": 0.075,
         "reserved_enis": 0, "isolated_vpc": False, "kube_client_qps": 200, "kube_client_burst": 300,
         "aws_region": "", "aws_endpoint_url": None, "kubeconfig": None, "cloud_provider": "aws"}
@@ -316,7 +317,8 @@ def test_describe_gives_name_value_source_lines():
     assert "VM_MEMORY_OVERHEAD_PERCENT=0.075 (default)" in lines
     assert "AWS_ENDPOINT_URL=http://localhost:4566 (env)" in lines
     assert ("FEATURE_GATES=NodeRepair=false,ReservedCapacity=true,SpotToSpotConsolidation=false,NodeOverlay=false,"
-            "StaticCapacity=false,CapacityBuffer=false (default)") in lines
+            "StaticCapacity=false,CapacityBuffer=false,RebalanceRecommendationDrift=false,"
+            "ManyToManyConsolidation=false (default)") in lines
 
 
 # ------------------------------------------------------------------------------------------ reading from a cluster

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -239,6 +239,34 @@ class AWSCloudProvider:
         return self._describe_instances(Filters=[
             *ownership_filters(self.cluster.name, tag_keys=(L.NODEPOOL,)),
             {"Name": "instance-state-name", "Values": list(instances.LIVE_STATES)}])
+
+    def is_drifted(self, nodeclaim: Mapping[str, Any], nodeclass: Mapping[str, Any] | None) -> str:
+        """The EC2NodeClass side of drift (karpenter-provider-aws's isNodeClassDrifted): the static hash and the AMI
+        from the NodeClaim, then the instance's security groups, subnet and capacity reservation from EC2."""
+        from controller.nodeclaim.disruption import nodeclass_drift
+
+        claim = dict(nodeclaim)
+        klass = dict(nodeclass) if nodeclass is not None else None
+        early = nodeclass_drift(claim, klass)  # the hash and the AMI need no EC2 call
+        if early or klass is None:
+            return early
+        pid = str((claim.get("status") or {}).get("providerID") or "")
+        if not pid:
+            return ""
+        _, instance_id = instances.parse_provider_id(pid)
+        try:
+            found = [d for r in self.ec2.describe_instances(InstanceIds=[instance_id])["Reservations"]
+                     for d in r["Instances"]]
+        except ClientError as e:
+            if e.response["Error"]["Code"] in ("InvalidInstanceID.NotFound", "InvalidInstanceID.Malformed"):
+                raise NodeClaimNotFoundError(f"instance {instance_id} not found") from None
+            raise
+        if not found:
+            raise NodeClaimNotFoundError(f"instance {instance_id} not found")
+        d = found[0]
+        groups = [str(g["GroupId"]) for g in d.get("SecurityGroups") or [] if g.get("GroupId")]
+        return nodeclass_drift(claim, klass, subnet_id=str(d.get("SubnetId") or ""), security_group_ids=groups,
+                               reservation_id=str(d.get("CapacityReservationId") or ""))
 
     def delete(self, provider_id: str) -> None:
         """Terminate the machine."""

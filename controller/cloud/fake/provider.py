@@ -9,7 +9,8 @@ import dataclasses
 import hashlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from controller.api import labels as L
 from controller.catalog.snapshot import load_catalog
@@ -49,6 +50,13 @@ class FakeCloudProvider:
                         for it in types]
                 self._types = (refused, types)
             return self._types[1]
+
+    def is_drifted(self, nodeclaim: Mapping[str, Any], nodeclass: Mapping[str, Any] | None) -> str:
+        """The node class side of drift from what the fake machine knows: its image (no subnets or security
+        groups here)."""
+        from controller.nodeclaim.disruption import nodeclass_drift
+
+        return nodeclass_drift(dict(nodeclaim), dict(nodeclass) if nodeclass is not None else None)
 
     def create(self, request: LaunchRequest, nodeclass: NodeClass) -> LaunchedNode:
         """The cheapest offering the NodeClaim's requirements allow (reserved, then spot, then on-demand, as the AWS
