@@ -114,6 +114,7 @@ def wire(settings: Settings, client: KubeClient, cloud: CloudProvider, aws: Any,
                               preference_policy=settings.preference_policy,
                               min_values_policy=settings.min_values_policy)
     lifecycle = LifecycleController(cluster, client, cloud, recorder, on_deleted=provisioner.trigger)
+    disruption = _disruption(settings, cluster, client, provisioner, recorder, is_leader)
     terminator = Terminator(client, cluster, cloud, recorder)
     nodepools = NodePoolStatusController(cluster, client)
     c_lifecycle = Controller("nodeclaim.lifecycle", lifecycle.reconcile, workers=4, recorder=recorder,
@@ -125,6 +126,10 @@ def wire(settings: Settings, client: KubeClient, cloud: CloudProvider, aws: Any,
     c_nodepool = Controller("nodepool.status", nodepools.reconcile, workers=1, recorder=recorder,
                             lookup=cluster.nodepool)
     rt.controllers = [c_lifecycle, c_claim_term, c_node_term, c_nodepool]
+    from controller.nodeclaim.controllers import build as build_nodeclaim_controllers
+
+    nodeclaims = build_nodeclaim_controllers(cluster, client, cloud, recorder, settings.feature_gates, is_leader)
+    rt.controllers.extend(nodeclaims.controllers)
     if aws is not None:
         from controller.nodeclass.status import NodeClassController
 
@@ -219,10 +224,12 @@ def wire(settings: Settings, client: KubeClient, cloud: CloudProvider, aws: Any,
                                   (cluster.nodepools_informer, on_nodepool),
                                   (cluster.nodeclasses_informer, on_nodeclass)):
             _replay(informer, handler)
+        _replay(cluster.nodeclaims_informer, nodeclaims.on_nodeclaim)
         for c in rt.controllers:
             rt.threads.extend(c.start(rt.lead_stop))
         rt.threads.append(_thread("provisioner", provisioner.run, rt.lead_stop))
         _thread("warm-instance-types", provisioner.warm, rt.lead_stop)
+        rt.threads.append(_thread("disruption", disruption.run, rt.lead_stop))
         provisioner.trigger()
         if aws is not None:
             from controller.garbagecollection.controller import GarbageCollector
@@ -238,6 +245,20 @@ def wire(settings: Settings, client: KubeClient, cloud: CloudProvider, aws: Any,
                 rt.threads.append(_thread("interruption", interruption.run, rt.lead_stop))
 
     return rt, start_leading
+
+
+def _disruption(settings: Settings, cluster: Cluster, client: KubeClient, provisioner: Any, recorder: Recorder,
+                is_leader: Callable[[], bool]) -> Any:
+    """The disruption loop and its orchestration queue, deciding with the settings' gates and policies."""
+    from controller.disruption.controller import DisruptionController
+    from controller.disruption.queue import Queue as DisruptionQueue
+    from controller.disruption.types import GATE_N_TO_M, Options
+
+    options = Options(spot_to_spot=settings.feature_gates.get("SpotToSpotConsolidation", False),
+                      many_to_many=settings.feature_gates.get(GATE_N_TO_M, False),
+                      preference_policy=settings.preference_policy, min_values_policy=settings.min_values_policy)
+    return DisruptionController(cluster, provisioner, recorder, DisruptionQueue(cluster, client, recorder),
+                                is_leader, options=options)
 
 
 def _going_away(node: dict[str, Any]) -> bool:

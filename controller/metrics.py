@@ -57,7 +57,7 @@ KNOWN_LABELS = frozenset({
     "reason", "nodepool", "capacity_type", "zone", "min_values_relaxed", "consolidation_policy", "termination_mode",
     "resource_type", "controller", "method", "provider", "error", "message_type", "category", "code", "scheduling_id",
     "name", "namespace", "owner", "node", "scheduled", "arch", "instance_type", "phase", "ready", "managed",
-    "version", "goversion", "goarch", "commit"})
+    "version", "goversion", "goarch", "commit", "decision", "consolidation_type"})
 # defaults for declared labels the caller leaves out (Karpenter writes "false" when min values were not relaxed)
 LABEL_DEFAULTS: dict[str, dict[str, str]] = {"karpenter_nodeclaims_created": {"min_values_relaxed": "false"}}
 
@@ -122,8 +122,8 @@ NODECLAIMS_TERMINATED = Counter(
 NODECLAIMS_DISRUPTED = Counter(
     "karpenter_nodeclaims_disrupted",
     "Number of nodeclaims disrupted in total by Karpenter. Labeled by reason the nodeclaim was disrupted and the "
-    "owning nodepool.",
-    ["reason", "nodepool", "capacity_type"], registry=REGISTRY)
+    "owning nodepool, the capacity type, the consolidation policy, and the termination mode.",
+    ["reason", "nodepool", "capacity_type", "consolidation_policy", "termination_mode"], registry=REGISTRY)
 NODECLAIMS_TERMINATION_DURATION = Histogram(
     "karpenter_nodeclaims_termination_duration_seconds", "Duration of NodeClaim termination in seconds.",
     ["nodepool"], buckets=exponential_buckets(1, 2, 12), registry=REGISTRY)
@@ -205,6 +205,52 @@ NODEPOOLS_LIMIT = Gauge(
     "Limits specified on the nodepool that restrict the quantity of resources provisioned. Labeled by nodepool name "
     "and resource type.",
     ["resource_type", "nodepool"], registry=REGISTRY)
+
+# ---- disruption (pkg/controllers/disruption/metrics.go) -------------------------------------------------------------
+DISRUPTION_EVALUATION_DURATION = Histogram(
+    "karpenter_voluntary_disruption_decision_evaluation_duration_seconds",
+    "Duration of the disruption decision evaluation process in seconds. Labeled by method and consolidation type.",
+    ["reason", "consolidation_type"], buckets=DURATION_BUCKETS, registry=REGISTRY)
+DISRUPTION_DECISIONS = Counter(
+    "karpenter_voluntary_disruption_decisions",
+    "Number of disruption decisions performed. Labeled by disruption decision, reason, and consolidation type.",
+    ["decision", "reason", "consolidation_type"], registry=REGISTRY)
+DISRUPTION_DECISIONS_BY_NODEPOOL = Counter(
+    "karpenter_voluntary_disruption_decisions_by_nodepool",
+    "Number of disruption decisions performed by nodepool. Labeled by nodepool name, disruption decision, reason, "
+    "and consolidation type.", ["nodepool", "decision", "reason", "consolidation_type"], registry=REGISTRY)
+DISRUPTION_ELIGIBLE_NODES = Gauge(
+    "karpenter_voluntary_disruption_eligible_nodes",
+    "Number of nodes eligible for disruption by Karpenter. Labeled by disruption reason.", ["reason"],
+    registry=REGISTRY)
+DISRUPTION_CONSOLIDATION_TIMEOUTS = Counter(
+    "karpenter_voluntary_disruption_consolidation_timeouts",
+    "Number of times the Consolidation algorithm has reached a timeout. Labeled by consolidation type.",
+    ["consolidation_type"], registry=REGISTRY)
+DISRUPTION_FAILED_VALIDATIONS = Counter(
+    "karpenter_voluntary_disruption_failed_validations",
+    "Number of candidates that were selected for disruption but failed validation. Labeled by consolidation type.",
+    ["consolidation_type"], registry=REGISTRY)
+DISRUPTION_QUEUE_FAILURES = Counter(
+    "karpenter_voluntary_disruption_queue_failures",
+    "The number of times that an enqueued disruption decision failed. Labeled by disruption method.",
+    ["decision", "reason", "consolidation_type"], registry=REGISTRY)
+NODEPOOLS_ALLOWED_DISRUPTIONS = Gauge(
+    "karpenter_nodepools_allowed_disruptions",
+    "The number of nodes for a given NodePool that can be concurrently disrupting at a point in time. Labeled by "
+    "NodePool. Note that allowed disruptions can change very rapidly, as new nodes may be created and others may be "
+    "deleted at any point.", ["nodepool", "reason"], registry=REGISTRY)
+NODES_DISRUPTED = Counter(
+    "karpenter_nodes_disrupted",
+    "Number of nodes disrupted in total by Karpenter. Labeled by reason the node was disrupted, the owning nodepool "
+    "and the capacity type.", ["reason", "nodepool", "capacity_type"], registry=REGISTRY)
+PODS_DISRUPTION_INITIATED = Counter(
+    "karpenter_pods_disruption_initiated",
+    "Number of pod disruptions initiated in total by Karpenter, incremented by the reschedulable pod count whenever "
+    "the underlying nodeclaim is disrupted. Labeled by reason the nodeclaim was disrupted, the owning nodepool, the "
+    "capacity type, the consolidation policy, and the termination mode. Pods owned by DaemonSets and mirror pods are "
+    "excluded.", ["reason", "nodepool", "capacity_type", "consolidation_policy", "termination_mode"],
+    registry=REGISTRY)
 
 # ---- cluster state (pkg/controllers/state/metrics.go) --------------------------------------------------------------
 CLUSTER_STATE_SYNCED = Gauge(

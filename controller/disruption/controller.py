@@ -1,0 +1,203 @@
+"""The disruption loop (Karpenter's pkg/controllers/disruption/controller.go and validation.go).
+
+Every 10 s, while this replica leads and cluster state is synced: take karpenter.sh/disrupted off the nodes no command
+holds, move the commands in flight along, build a Snapshot, compute one pass with the decision core, publish its
+events and metrics, and hand its commands to the queue. Emptiness and consolidation commands wait 15 s and are
+checked again against a fresh Snapshot before they start (Karpenter's validation); the loop decides nothing else
+meanwhile, as Karpenter's blocks on that wait.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from controller import metrics as M
+from controller.disruption import events as E
+from controller.disruption.queue import Queue, QueueError, consolidation_type, describe
+from controller.disruption.state import build_snapshot
+from controller.disruption.types import (
+    DRIFT,
+    EMPTINESS,
+    MULTI_NODE_CONSOLIDATION,
+    SINGLE_NODE_CONSOLIDATION,
+    STATIC_DRIFT,
+    Command,
+    Options,
+    Pass,
+    Snapshot,
+)
+from controller.kube.events import Recorder
+from controller.provisioning.provisioner import Provisioner
+from controller.state.cluster import Cluster
+
+log = logging.getLogger("karpy.disruption")
+
+POLL_SECONDS = 10.0  # Karpenter's pollingPeriod
+BUSY_SECONDS = 1.0  # while commands are in flight or waiting on validation
+VALIDATION_SECONDS = 15.0  # Karpenter's consolidationTTL
+VALIDATED = (EMPTINESS, MULTI_NODE_CONSOLIDATION, SINGLE_NODE_CONSOLIDATION)
+# the reason label Karpenter's per-method metrics carry
+METHOD_REASON = {EMPTINESS: "empty", STATIC_DRIFT: "drifted", DRIFT: "drifted",
+                 MULTI_NODE_CONSOLIDATION: "underutilized", SINGLE_NODE_CONSOLIDATION: "underutilized"}
+
+ComputePass = Callable[[Snapshot, Options], Pass]
+Validate = Callable[[Snapshot, Command, Options], Any]
+
+
+def _core_compute(snapshot: Snapshot, options: Options) -> Pass:
+    from controller.disruption.core import compute_pass
+
+    return compute_pass(snapshot, options)
+
+
+def _core_validate(snapshot: Snapshot, command: Command, options: Options) -> Any:
+    from controller.disruption.core import validate
+
+    return validate(snapshot, command, options)
+
+
+def validation_outcome(result: Any) -> tuple[bool, str]:
+    """Read what validate returned: a bool, a reason ("" when valid), or a Command/None (still valid or not)."""
+    if isinstance(result, bool):
+        return result, "" if result else "command is no longer valid"
+    if isinstance(result, str):
+        return not result, result
+    if result is None:
+        return False, "command is no longer valid"
+    return True, ""
+
+
+@dataclass
+class Pending:
+    """A command waiting out its validation period."""
+
+    command: Command
+    due: float
+
+
+class DisruptionController:
+    """Runs the disruption loop on one thread while this replica leads."""
+
+    def __init__(self, cluster: Cluster, provisioner: Provisioner, recorder: Recorder, queue: Queue,
+                 is_leader: Callable[[], bool] = lambda: True, options: Options | None = None,
+                 compute: ComputePass = _core_compute, validate: Validate = _core_validate,
+                 clock: Callable[[], float] = time.monotonic, now: Callable[[], float] = time.time,
+                 poll_seconds: float = POLL_SECONDS, validation_seconds: float = VALIDATION_SECONDS) -> None:
+        self.cluster = cluster
+        self.provisioner = provisioner
+        self.recorder = recorder
+        self.queue = queue
+        self.is_leader = is_leader
+        self.options = options or Options()
+        self.compute = compute
+        self.validate = validate
+        self.clock = clock
+        self.now = now
+        self.poll_seconds = poll_seconds
+        self.validation_seconds = validation_seconds
+        self.pending: list[Pending] = []
+
+    def run(self, stop: threading.Event) -> None:
+        """Reconcile until stop; a failed pass is logged and retried, never the end of the loop."""
+        while not stop.is_set():
+            wait = self.poll_seconds
+            if self.is_leader() and self.cluster.synced():
+                try:
+                    wait = self.reconcile()
+                except Exception as e:  # one bad pass must not end disruption for the process's lifetime
+                    log.error("disruption pass failed", extra={"controller": "disruption", "error": str(e)[:300]})
+            else:
+                wait = BUSY_SECONDS
+            stop.wait(wait)
+
+    def held(self) -> set[str]:
+        """NodeClaims in flight or waiting on validation."""
+        return self.queue.holds() | {c.name for p in self.pending for c in p.command.candidates}
+
+    def snapshot(self) -> Snapshot:
+        """The cluster as the core sees it now."""
+        return build_snapshot(self.cluster, self.provisioner, self.held(), self.now)
+
+    def reconcile(self) -> float:
+        """One pass; returns how long to wait before the next."""
+        self.queue.sweep()
+        self.queue.tick()
+        if self.pending:
+            return self._validate_pending()
+        snapshot = self.snapshot()
+        result = self.compute(snapshot, self.options)
+        self._observe(result)
+        expired = {e.nodeclaim for e in result.expired}  # expiration's own controller deletes these
+        commands = [c for c in result.commands if not any(x.name in expired for x in c.candidates)]
+        if not commands:
+            return BUSY_SECONDS if self.queue.commands() else self.poll_seconds
+        if result.method in VALIDATED:
+            for cmd in commands:
+                if consolidation_type(cmd.method) in ("multi", "single"):
+                    for c in cmd.candidates:
+                        E.publish(self.recorder, E.consolidation_candidate(
+                            self.cluster.node(c.node_name), c.nodeclaim, describe(cmd, "pending"),
+                            cmd.savings_per_hour))
+            due = self.clock() + self.validation_seconds
+            self.pending = [Pending(cmd, due) for cmd in commands]
+            return min(BUSY_SECONDS, self.validation_seconds)
+        self._start(commands)
+        return BUSY_SECONDS
+
+    def _validate_pending(self) -> float:
+        """Once the validation period is over, start the commands still valid and drop the others."""
+        if self.clock() < min(p.due for p in self.pending):
+            return BUSY_SECONDS
+        pending, self.pending = self.pending, []
+        snapshot = self.snapshot()
+        valid: list[Command] = []
+        for p in pending:
+            cmd = p.command
+            try:
+                ok, why = validation_outcome(self.validate(snapshot, cmd, self.options))
+            except Exception as e:  # a validation that cannot run is a failed one
+                ok, why = False, f"validation failed, {str(e)[:200]}"
+            if ok:
+                valid.append(cmd)
+                continue
+            M.DISRUPTION_FAILED_VALIDATIONS.labels(consolidation_type=consolidation_type(cmd.method)).inc()
+            self.queue.drop(cmd)
+            log.info("abandoning disruption command", extra={
+                "controller": "disruption", "reason": why[:300],
+                "command": describe(cmd, "pending")})
+        self._start(valid)
+        return BUSY_SECONDS
+
+    def _start(self, commands: list[Command]) -> None:
+        for cmd in commands:
+            try:
+                self.queue.start(cmd)
+            except QueueError as e:
+                log.error("disrupting candidates failed", extra={"controller": "disruption", "error": str(e)[:300]})
+
+    def _observe(self, result: Pass) -> None:
+        """The pass's events (blocked nodes, NodePools out of budget) and metrics (eligible nodes, allowed
+        disruptions, evaluation time, consolidation timeouts)."""
+        for b in result.blocked:
+            node = self.cluster.node(b.node) if b.node else None
+            claim = self.cluster.nodeclaim(b.nodeclaim) if b.nodeclaim else None
+            make = E.unconsolidatable if b.unconsolidatable else E.blocked
+            E.publish(self.recorder, make(node, claim, b.reason))
+        for (pool, reason), allowed in result.allowed.items():
+            M.NODEPOOLS_ALLOWED_DISRUPTIONS.labels(nodepool=pool, reason=reason.lower()).set(allowed)
+            if allowed <= 0:
+                nodepool = self.cluster.nodepool(pool)
+                if nodepool is not None and self.cluster.nodeclaims_for_nodepool(pool):
+                    E.publish(self.recorder, E.nodepool_blocked(nodepool, reason))
+        for method, n in result.eligible.items():
+            M.DISRUPTION_ELIGIBLE_NODES.labels(reason=METHOD_REASON.get(method, method.lower())).set(n)
+        for method, seconds in result.evaluation_seconds.items():
+            M.DISRUPTION_EVALUATION_DURATION.labels(reason=METHOD_REASON.get(method, method.lower()),
+                                                    consolidation_type=consolidation_type(method)).observe(seconds)
+        for method in result.timeouts:
+            M.DISRUPTION_CONSOLIDATION_TIMEOUTS.labels(consolidation_type=consolidation_type(method)).inc()

@@ -1,0 +1,43 @@
+"""The disruption Snapshot built from the running controller: the informers' objects, and each NodePool's instance
+types and readiness as the provisioner sees them (its own code, so both decide on the same inputs)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from controller.disruption.types import Snapshot
+from controller.provisioning.provisioner import Provisioner
+from controller.state.cluster import Cluster
+from controller.termination.drain import has_disrupted_taint
+
+
+def disrupting(cluster: Cluster, held: set[str]) -> set[str]:
+    """NodeClaims being disrupted: those a command holds, and those whose Node carries karpenter.sh/disrupted."""
+    out = set(held)
+    for node in cluster.nodes():
+        if has_disrupted_taint(node):
+            claim = cluster.nodeclaim_for_node(node)
+            if claim is not None:
+                out.add(str(claim["metadata"]["name"]))
+    return out
+
+
+def build_snapshot(cluster: Cluster, provisioner: Provisioner, held: set[str],
+                   now: Callable[[], float] = time.time) -> Snapshot:
+    """One Snapshot of the cluster: every object the core reads, instance types per NodePool from the cloud provider
+    (through the provisioner, which names the pools that cannot launch and why), and what is already disrupting."""
+    pools, _ = provisioner.node_pools()
+    return Snapshot(
+        now=now(),
+        nodepools=cluster.nodepools(),
+        nodeclasses={str(nc["metadata"]["name"]): nc for nc in cluster.nodeclasses()},
+        nodeclaims=cluster.nodeclaims(),
+        nodes=cluster.nodes(),
+        pods=cluster.pods(),
+        pdbs=cluster.pdbs(),
+        daemonsets=cluster.daemonsets(),
+        instance_types={p.name: p.instance_types for p in pools},
+        nodepool_not_ready={p.name: p.not_ready_reason for p in pools if p.not_ready_reason},
+        disrupting=disrupting(cluster, held),
+    )
