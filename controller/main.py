@@ -241,7 +241,8 @@ def wire(settings: Settings, client: KubeClient, cloud: CloudProvider, aws: Any,
 
                 interruption = InterruptionController(cluster=cluster, client=client, cloud=cloud, sqs=aws.sqs,
                                                       queue_name=settings.interruption_queue, recorder=recorder,
-                                                      is_leader=is_leader)
+                                                      is_leader=is_leader, rebalance_drift=settings.feature_gates.get(
+                                                          "RebalanceRecommendationDrift", False))
                 rt.threads.append(_thread("interruption", interruption.run, rt.lead_stop))
 
     return rt, start_leading

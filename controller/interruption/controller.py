@@ -4,13 +4,15 @@ instances they name.
 Spot interruption warning: the offering (instance type, zone, spot) is marked unavailable and the NodeClaim deleted
 (the termination controller cordons and drains it; its pods are provisioned anew). Scheduled change, instance
 stopping/stopped/shutting-down/terminated and capacity-reservation interruption: the NodeClaim is deleted.
-Rebalance recommendation: an event only. Events carry Karpenter's reasons and messages. Instance ids are validated
+Rebalance recommendation: an event only (with karpy's RebalanceRecommendationDrift gate, also Drifted/
+RebalanceRecommendation on the NodeClaim, replaced by the disruption loop within the Drifted budget). Events carry Karpenter's reasons and messages. Instance ids are validated
 before anything is looked up; an event for an instance no NodeClaim has is counted and its message deleted.
 Only the leader receives from the queue.
 """
 
 from __future__ import annotations
 
+import copy
 import importlib
 import logging
 import re
@@ -19,6 +21,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from controller.api import conditions as C
 from controller.api import labels as L
 from controller.cloud.aws.interruption import (
     CAPACITY_RESERVATION_INTERRUPTED,
@@ -104,7 +107,7 @@ class InterruptionController:
                  recorder: Recorder, is_leader: Callable[[], bool], *,
                  unavailable: UnavailableOfferings | None = None, queue_url: str | None = None,
                  wait_seconds: int = 20, visibility_timeout: int | None = 20, follower_poll: float = 1.0,
-                 error_pause: float = 5.0) -> None:
+                 error_pause: float = 5.0, rebalance_drift: bool = False) -> None:
         """`queue_name` is Karpenter's INTERRUPTION_QUEUE (a name; its URL is looked up once); `unavailable` defaults
         to the cloud provider's offerings cache."""
         self.cluster = cluster
@@ -120,6 +123,8 @@ class InterruptionController:
         self.visibility_timeout = visibility_timeout
         self.follower_poll = follower_poll
         self.error_pause = error_pause
+        # karpy's RebalanceRecommendationDrift gate: a rebalance recommendation marks the NodeClaim Drifted
+        self.rebalance_drift = rebalance_drift
         self.counts: Counter[str] = Counter()
         self.consumer: InterruptionQueue | None = None
 
@@ -197,6 +202,8 @@ class InterruptionController:
         self._publish(claim, node, type_, reason, message, message)
         if kind == SPOT_INTERRUPTED:
             self._mark_unavailable(claim, node, pid, extra)
+        if kind == REBALANCE_RECOMMENDATION and self.rebalance_drift:
+            self._mark_drifted(claim, extra)
         if action != Action.CORDON_AND_DRAIN or claim["metadata"].get("deletionTimestamp"):
             return
         try:
@@ -209,6 +216,22 @@ class InterruptionController:
                       "Interruption triggered termination for the NodeClaim",
                       "Interruption triggered termination for the Node")
         _count_disrupted(claim, kind)
+
+    def _mark_drifted(self, claim: dict[str, Any], extra: dict[str, Any]) -> None:
+        """Drifted/RebalanceRecommendation on the NodeClaim (kept by the disruption conditions controller while the
+        gate is on), so the disruption loop replaces it within the Drifted budget."""
+        if claim["metadata"].get("deletionTimestamp"):
+            return
+        status = copy.deepcopy(claim.get("status") or {})
+        if not C.set_condition(status, "Drifted", True, reason="RebalanceRecommendation",
+                               message="RebalanceRecommendation"):
+            return
+        try:
+            self.client.patch(R.NODECLAIMS, claim["metadata"]["name"], {"status": {"conditions": status["conditions"]}},
+                              subresource="status")
+        except NotFoundError:
+            return
+        log.info("marking drifted", extra={**extra, "reason": "RebalanceRecommendation"})
 
     def _publish(self, claim: dict[str, Any], node: dict[str, Any] | None, type_: str, reason: str,
                  claim_message: str, node_message: str) -> None:

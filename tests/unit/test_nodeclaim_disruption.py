@@ -327,3 +327,29 @@ def test_pod_events_stamp_with_a_ten_second_dedupe() -> None:
     kube.now = T0 + 111
     assert ctl.stamp("node-1")
     assert kube.get(R.NODECLAIMS, "claim-1")["status"]["lastPodEventTime"] == stamp(T0 + 111)
+
+
+# ---- the RebalanceRecommendationDrift gate in the interruption controller ---------------------------------------
+def test_rebalance_recommendation_marks_drifted_only_with_the_gate() -> None:
+    from tests.unit.test_interruption_actions import _controller, _event
+
+    class PatchingClient:
+        def __init__(self) -> None:
+            self.patches: list[tuple[str, str, Any, str | None]] = []
+            self.deleted: list[Any] = []
+
+        def patch(self, res: Any, name: str, body: Any, subresource: str | None = None) -> dict[str, Any]:
+            self.patches.append((res.plural, name, body, subresource))
+            return {}
+
+    client = PatchingClient()
+    ctl, *_ = _controller(client=client)
+    ctl.handle(_event("Rebalance"))
+    assert client.patches == []  # gate off: an event only, as Karpenter
+    ctl.rebalance_drift = True
+    ctl.handle(_event("Rebalance"))
+    [(plural, _name, body, sub)] = client.patches
+    [cond] = body["status"]["conditions"]
+    assert (plural, sub, cond["type"], cond["status"], cond["reason"]) == (
+        "nodeclaims", "status", "Drifted", "True", "RebalanceRecommendation")
+    assert client.deleted == []
