@@ -101,6 +101,7 @@ class DisruptionController:
         self.poll_seconds = poll_seconds
         self.validation_seconds = validation_seconds
         self.pending: list[Pending] = []
+        self._last_error: tuple[str, float] = ("", 0.0)
 
     def run(self, stop: threading.Event) -> None:
         """Reconcile until stop; a failed pass is logged and retried, never the end of the loop."""
@@ -110,10 +111,18 @@ class DisruptionController:
                 try:
                     wait = self.reconcile()
                 except Exception as e:  # one bad pass must not end disruption for the process's lifetime
-                    log.error("disruption pass failed", extra={"controller": "disruption", "error": str(e)[:300]})
+                    self._report(str(e)[:300] or type(e).__name__)
             else:
                 wait = BUSY_SECONDS
             stop.wait(wait)
+
+    def _report(self, error: str) -> None:
+        """Log a failed pass; the same error again is logged at most once a minute, not every pass."""
+        now = self.clock()
+        if error == self._last_error[0] and now - self._last_error[1] < 60:
+            return
+        self._last_error = (error, now)
+        log.error("disruption pass failed", extra={"controller": "disruption", "error": error})
 
     def held(self) -> set[str]:
         """NodeClaims in flight or waiting on validation."""

@@ -81,15 +81,16 @@ class World:
                 or (c["metadata"].get("labels") or {}).get("karpenter.sh/nodepool") == nodepool]
 
     def deployment(self, namespace: str, name: str, replicas: int, nodepool: str, cpu: str = "500m",
-                   memory: str = "256Mi", **pod_spec: Any) -> None:
-        """A Deployment whose pods request cpu/memory and are pinned to the nodepool."""
+                   memory: str = "256Mi", annotations: dict[str, str] | None = None, **pod_spec: Any) -> None:
+        """A Deployment whose pods request cpu/memory and are pinned to the nodepool (annotations: the pods')."""
         spec = {"containers": [{"name": "app", "image": "registry.k8s.io/pause:3.9",
                                 "resources": {"requests": {"cpu": cpu, "memory": memory}}}],
                 "nodeSelector": {"karpenter.sh/nodepool": nodepool}, "terminationGracePeriodSeconds": 0}
         spec.update(pod_spec)
         body = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": namespace},
                 "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
-                         "template": {"metadata": {"labels": {"app": name}}, "spec": spec}}}
+                         "template": {"metadata": {"labels": {"app": name}, "annotations": annotations or {}},
+                                      "spec": spec}}}
         self.apps.create_namespaced_deployment(namespace, body)
 
     def namespace(self) -> str:
