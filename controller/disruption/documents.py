@@ -31,6 +31,7 @@ from controller.provisioning import inputs
 from controller.provisioning.provisioner import nodeclass_not_ready
 from controller.simulate.run import errors_message
 from controller.simulate.workloads import WORKLOAD_KINDS, classify
+from controller.termination.drain import has_disrupted_taint
 
 # the labels without which a Node cannot be a candidate (Karpenter reads them from the Node)
 CANDIDATE_LABELS = (L.NODEPOOL, L.INSTANCE_TYPE, L.CAPACITY_TYPE, L.ZONE)
@@ -372,8 +373,7 @@ def _assemble(out: DisruptionInput, pools: dict[str, Obj], classes: dict[str, Ob
         reason = _input_block(claim, node, node_name, pool_name, nodepool, known_types, out.catalog.name)
         if reason:
             out.blocked.append(Blocked(nodeclaim=name, node=name_of(node) if node else node_name, reason=reason))
-        if node is not None and any(t.get("key") == L.DISRUPTED_TAINT_KEY
-                                    for t in (node.get("spec") or {}).get("taints") or [] if isinstance(t, dict)):
+        if node is not None and has_disrupted_taint(node):
             snap.disrupting.add(name)  # a command of the controller already holds it (the disrupted taint)
         if nodepool is None:
             continue
