@@ -224,7 +224,7 @@ def wire(settings: Settings, client: KubeClient, cloud: CloudProvider, aws: Any,
                                   (cluster.nodepools_informer, on_nodepool),
                                   (cluster.nodeclasses_informer, on_nodeclass)):
             _replay(informer, handler)
-        _replay(cluster.nodeclaims_informer, nodeclaims.on_nodeclaim)
+        nodeclaims.replay(cluster)
         for c in rt.controllers:
             rt.threads.extend(c.start(rt.lead_stop))
         rt.threads.append(_thread("provisioner", provisioner.run, rt.lead_stop))

@@ -11,7 +11,7 @@ from typing import Any
 from controller.kube.client import KubeClient
 from controller.kube.events import Recorder
 from controller.kube.workqueue import Controller
-from controller.nodeclaim.disruption import NodeClaimDisruptionController
+from controller.nodeclaim.disruption import NodeClaimDisruptionController, reconcile_nodepool_hash
 from controller.nodeclaim.expiration import ExpirationController
 from controller.nodeclaim.podevents import PodEventsController
 from controller.state.cluster import Cluster
@@ -26,12 +26,20 @@ class NodeClaimControllers:
 
     disruption: Controller
     expiration: Controller
+    nodepool_hash: Controller
     podevents: PodEventsController
     controllers: list[Controller] = field(default_factory=list)
 
     def _enqueue(self, names: list[str]) -> None:
         for name in names:
             self.disruption.queue.add(name)
+
+    def replay(self, cluster: Cluster) -> None:
+        """Enqueue every NodeClaim and NodePool (on becoming the leader)."""
+        for claim in cluster.nodeclaims():
+            self.on_nodeclaim("MODIFIED", claim, claim)
+        for pool in cluster.nodepools():
+            self.nodepool_hash.queue.add(pool["metadata"]["name"])
 
     def on_nodeclaim(self, event: str, old: Obj | None, new: Obj | None) -> None:
         """A NodeClaim changed: look at its conditions and expiry again."""
@@ -45,6 +53,7 @@ class NodeClaimControllers:
         """A NodePool changed: its NodeClaims' drift and consolidateAfter may have."""
         obj = new if new is not None else old
         if obj is not None and event != "DELETED":
+            self.nodepool_hash.queue.add(obj["metadata"]["name"])
             self._enqueue([c["metadata"]["name"] for c in cluster.nodeclaims_for_nodepool(obj["metadata"]["name"])])
 
     def on_nodeclass(self, cluster: Cluster, event: str, old: Obj | None, new: Obj | None) -> None:
@@ -65,8 +74,10 @@ def build(cluster: Cluster, client: KubeClient, cloud: Any, recorder: Recorder, 
                               lookup=cluster.nodeclaim),
         expiration=Controller("nodeclaim.expiration", ExpirationController(cluster, client).reconcile, workers=1,
                               recorder=recorder, lookup=cluster.nodeclaim),
+        nodepool_hash=Controller("nodepool.hash", lambda name: reconcile_nodepool_hash(cluster, client, name),
+                                 workers=1, recorder=recorder, lookup=cluster.nodepool),
         podevents=PodEventsController(cluster, client))
-    out.controllers = [out.disruption, out.expiration]
+    out.controllers = [out.disruption, out.expiration, out.nodepool_hash]
     cluster.nodeclaims_informer.add_handler(out.on_nodeclaim)
     cluster.nodepools_informer.add_handler(lambda e, o, n: out.on_nodepool(cluster, e, o, n))
     cluster.nodeclasses_informer.add_handler(lambda e, o, n: out.on_nodeclass(cluster, e, o, n))

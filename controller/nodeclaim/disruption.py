@@ -15,6 +15,7 @@ also serve `karpy disruption`.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import time
@@ -204,6 +205,27 @@ def restamp(nodeclaim: Obj, nodepool: Obj | None, nodeclass: Obj | None) -> dict
         if not drifted:
             out[L.EC2NODECLASS_HASH] = hash_annotations(nodeclass)[L.EC2NODECLASS_HASH]
     return out
+
+
+def nodepool_hash_annotations(nodepool: Obj) -> dict[str, str]:
+    """The nodepool-hash and -hash-version annotations the NodePool should carry (Karpenter's nodepool hash
+    controller writes them; karpy writes its own version, so Karpenter taking the cluster back sees a version not
+    its own and re-stamps every NodeClaim instead of comparing hashes of another function)."""
+    return {L.NODEPOOL_HASH: nodepool_hash(nodepool), L.NODEPOOL_HASH_VERSION: NODEPOOL_HASH_VERSION}
+
+
+def reconcile_nodepool_hash(cluster: Cluster, client: KubeClient, name: str) -> Result:
+    """Annotate the NodePool with its current hash and karpy's hash version (one patch, none when current)."""
+    pool = cluster.nodepool(name)
+    if pool is None or pool["metadata"].get("deletionTimestamp"):
+        return Result()
+    want = nodepool_hash_annotations(pool)
+    have = _meta(pool, "annotations")
+    if all(have.get(k) == v for k, v in want.items()):
+        return Result()
+    with contextlib.suppress(NotFoundError):
+        client.patch(R.NODEPOOLS, name, {"metadata": {"annotations": want}})
+    return Result()
 
 
 def _nodeclass_of(cluster: Cluster, nodeclaim: Obj) -> Obj | None:

@@ -65,6 +65,11 @@ def test_conditions_follow_the_nodepool(world: World, pool: str, controllers: No
     wait_for("Consolidatable", lambda: C.is_true({"conditions": list(_conditions(world, cand.name).values())},
                                                  "Consolidatable"))
     assert "Drifted" not in _conditions(world, cand.name)
+    # the NodePool carries its hash under karpy's version (Karpenter taking over re-stamps rather than compares)
+    ann = wait_for("the NodePool's hash annotations", lambda: (
+        a := world.client.get(R.NODEPOOLS, pool)["metadata"].get("annotations") or {}).get(L.NODEPOOL_HASH_VERSION)
+        == NODEPOOL_HASH_VERSION and a)
+    assert ann[L.NODEPOOL_HASH] == nodepool_hash(world.client.get(R.NODEPOOLS, pool))
     # a static template field changes: NodePoolDrifted
     world.client.patch(R.NODEPOOLS, pool, {"spec": {"template": {"metadata": {"labels": {"team": "web"}}}}})
     wait_for("Drifted NodePoolDrifted", lambda: (_conditions(world, cand.name).get("Drifted") or {}).get("reason")

@@ -197,6 +197,32 @@ def test_an_already_drifted_nodeclaim_keeps_its_hash_when_restamped() -> None:
     assert restamp(c, nodepool(), nodeclass()) == {L.NODEPOOL_HASH_VERSION: NODEPOOL_HASH_VERSION}
 
 
+def _karpenter_static_drift(nodepool_ann: dict[str, str], claim_ann: dict[str, str]) -> str:
+    """Karpenter's areStaticFieldsDrifted (pkg/controllers/nodeclaim/disruption/drift.go), restated as the model
+    Karpenter applies to the annotations karpy leaves behind."""
+    keys = (L.NODEPOOL_HASH, L.NODEPOOL_HASH_VERSION)
+    if not all(k in nodepool_ann and k in claim_ann for k in keys):
+        return ""
+    if nodepool_ann[L.NODEPOOL_HASH_VERSION] != claim_ann[L.NODEPOOL_HASH_VERSION]:
+        return ""
+    return "NodePoolDrifted" if nodepool_ann[L.NODEPOOL_HASH] != claim_ann[L.NODEPOOL_HASH] else ""
+
+
+def test_karpenter_taking_back_a_karpy_cluster_restamps() -> None:
+    """Karpenter's nodepool hash controller re-stamps NodeClaims when the NodePool's stored version is not "v3";
+    karpy leaves its own version on the NodePool, so that happens, and until it has Karpenter's drift check sees
+    different versions and reports no drift."""
+    from controller.nodeclaim.disruption import nodepool_hash_annotations
+
+    pool = nodepool()
+    karpy_pool_ann = nodepool_hash_annotations(pool)
+    karpy_claim_ann = claim(pool)["metadata"]["annotations"]
+    assert karpy_pool_ann[L.NODEPOOL_HASH_VERSION] != KARPENTER_NODEPOOL_HASH_VERSION  # Karpenter re-stamps
+    karpenter_pool_ann = {L.NODEPOOL_HASH: "999", L.NODEPOOL_HASH_VERSION: KARPENTER_NODEPOOL_HASH_VERSION}
+    assert _karpenter_static_drift(karpenter_pool_ann, karpy_claim_ann) == ""  # Karpenter's hash, karpy's stamp
+    assert _karpenter_static_drift(karpy_pool_ann, {**karpy_claim_ann, L.NODEPOOL_HASH: "1"}) == "NodePoolDrifted"
+
+
 def test_what_karpy_writes_is_not_compared_by_karpenter() -> None:
     """Karpenter compares hashes only under its own versions ("v3", "v4") and re-stamps any other: karpy's versions
     differ from both, so a NodeClaim karpy stamped is re-stamped by Karpenter, not drifted."""
