@@ -45,6 +45,7 @@ INSTANCE_TYPE_NOT_FOUND = "InstanceTypeNotFound"
 REBALANCE_RECOMMENDATION = "RebalanceRecommendation"
 RECHECK = 5 * 60.0  # Karpenter requeues drift every 5 minutes (its cloud provider caches live that long)
 INSTANCE_TYPE_CHECK_AFTER = 3600.0  # instance-type drift is looked at only once a NodeClaim is an hour old
+INSTANCE_TYPE_CHECK_EVERY = 1800.0  # and, once found offered, not again for 30 minutes (as Karpenter caches it)
 MAX_DURATION_SECONDS = 10 * 365 * 86400.0
 
 
@@ -244,6 +245,7 @@ class NodeClaimDisruptionController:
         self.cloud = cloud
         self.rebalance_drift = rebalance_drift
         self.clock = clock
+        self._offered: dict[str, float] = {}  # NodeClaim uid -> when its instance type was last found offered
 
     def reconcile(self, name: str) -> Result:
         """One pass over a NodeClaim."""
@@ -321,10 +323,15 @@ class NodeClaimDisruptionController:
         if why:
             return why
         created = C.parse_time(claim["metadata"].get("creationTimestamp")) or now
-        if nodeclass is not None and now - created > INSTANCE_TYPE_CHECK_AFTER:
+        uid = str(claim["metadata"].get("uid") or claim["metadata"]["name"])
+        if nodeclass is not None and now - created > INSTANCE_TYPE_CHECK_AFTER and \
+                now - self._offered.get(uid, float("-inf")) > INSTANCE_TYPE_CHECK_EVERY:
             why = self._instance_type_drift(claim, nodeclass)
             if why:
                 return why
+            if len(self._offered) > 100_000:
+                self._offered.clear()  # a bound; at worst one more look per NodeClaim
+            self._offered[uid] = now
         checker = getattr(self.cloud, "is_drifted", None)
         if checker is None:
             return nodeclass_static_drift(claim, nodeclass)
@@ -339,6 +346,8 @@ class NodeClaimDisruptionController:
     def _instance_type_drift(self, claim: Obj, nodeclass: Obj) -> str:
         from controller.cloud.provider import NodeClass
 
+        if self.cloud is None:
+            return ""
         try:
             its = self.cloud.get_instance_types(NodeClass.from_manifest(nodeclass))
         except Exception as e:

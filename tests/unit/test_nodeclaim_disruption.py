@@ -290,6 +290,37 @@ def test_rebalance_drift_sticks_only_with_the_gate() -> None:
     assert "Drifted" not in _conds(kube2)
 
 
+def test_instance_type_drift_is_looked_at_after_an_hour_and_then_every_half_hour() -> None:
+    class Cloud:
+        def __init__(self) -> None:
+            self.calls = 0
+            self.types = _types(("us-east-1a", "on-demand"))
+
+        def get_instance_types(self, nodeclass: Any) -> list[InstanceType]:
+            self.calls += 1
+            return self.types
+
+        def is_drifted(self, nodeclaim: Any, nodeclass: Any) -> str:
+            return ""
+
+    cloud = Cloud()
+    kube, _ = _world()
+    ctl = NodeClaimDisruptionController(kube.cluster, kube, cloud, clock=lambda: kube.now)
+    kube.now = T0 + 1800
+    ctl.reconcile("claim-1")
+    assert cloud.calls == 0  # younger than an hour
+    kube.now = T0 + 3700
+    ctl.reconcile("claim-1")
+    assert cloud.calls == 1 and "Drifted" not in _conds(kube)
+    cloud.types = _types(("us-east-1a", "on-demand"), name="m6i.large")
+    kube.now = T0 + 3700 + 600
+    ctl.reconcile("claim-1")
+    assert cloud.calls == 1  # found offered 10 minutes ago
+    kube.now = T0 + 3700 + 1801
+    ctl.reconcile("claim-1")
+    assert cloud.calls == 2 and _conds(kube)["Drifted"]["reason"] == "InstanceTypeNotFound"
+
+
 # ---- expiration -------------------------------------------------------------------------------------------------
 def test_expires_at_and_termination_mode() -> None:
     c = claim(created=T0)
