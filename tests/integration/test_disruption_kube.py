@@ -327,3 +327,45 @@ class _NoPools:
 
     def node_pools(self) -> tuple[list[Any], dict[str, Obj]]:
         return [], {}
+
+
+# ---- the snapshot -----------------------------------------------------------------------------------------------
+
+def test_snapshot_from_the_running_controllers_state(world: World, pool: str) -> None:
+    """Instance types come through the provisioner (a Ready EC2NodeClass on the fake cloud), a pool whose class is
+    missing is named not ready with the provisioner's reason, and a tainted node's NodeClaim counts as disrupting."""
+    from controller.cloud.fake.provider import FakeCloudProvider
+    from controller.disruption.state import build_snapshot
+    from controller.provisioning.provisioner import Provisioner
+
+    nodeclass = f"dq-class-{uuid.uuid4().hex[:5]}"
+    world.client.create(R.EC2NODECLASSES, {
+        "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": nodeclass},
+        "spec": {"role": "r", "amiSelectorTerms": [{"alias": "al2023@latest"}],
+                 "subnetSelectorTerms": [{"tags": {"k": "v"}}], "securityGroupSelectorTerms": [{"tags": {"k": "v"}}]}})
+    world.cleanups.append(lambda: _force_delete(world, R.EC2NODECLASSES, nodeclass))
+    world.client.patch(R.EC2NODECLASSES, nodeclass, {"status": {"conditions": [{
+        "type": "Ready", "status": "True", "reason": "Ready", "message": "Ready",
+        "lastTransitionTime": D.format_time(time.time())}]}}, subresource="status")
+    ready_pool = f"{pool}-ready"
+    world.client.create(R.NODEPOOLS, {
+        "apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": ready_pool},
+        "spec": {"template": {"spec": {
+            "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": nodeclass},
+            "requirements": []}}}})
+    world.cleanups.append(lambda: _force_delete(world, R.NODEPOOLS, ready_pool))
+    wait_for("the cache to see the Ready class and its pool", lambda: world.cluster.nodepool(ready_pool) and (
+        world.cluster.nodeclass(nodeclass) or {}).get("status", {}).get("conditions"))
+    cand = candidate(world, pool)
+    Queue(world.cluster, world.client, world.recorder).start(Command(method=DRIFT, reason="Drifted",
+                                                                     candidates=[cand]))
+    wait_for("the cache to see the taint", lambda: D.has_disrupted_taint(world.cluster.node(cand.node_name) or {}))
+
+    provisioner = Provisioner(world.cluster, world.client, FakeCloudProvider(), world.recorder)
+    snap = build_snapshot(world.cluster, provisioner, held=set())
+    assert snap.instance_types[ready_pool], "a Ready class's pool gets the cloud's instance types"
+    assert snap.nodepool_not_ready[pool] == 'EC2NodeClass "default" not found'
+    assert cand.name in snap.disrupting
+    assert {c["metadata"]["name"] for c in snap.nodeclaims} >= {cand.name}
+    assert ready_pool in {p["metadata"]["name"] for p in snap.nodepools}
+    assert nodeclass in snap.nodeclasses
