@@ -157,3 +157,61 @@ def test_last_pod_event_time_moves(world: World, pool: str, controllers: NodeCla
     world.client.patch(R.NODEPOOLS, pool, {"spec": {"disruption": {"consolidateAfter": "1h"}}})
     wait_for("Consolidatable removed inside consolidateAfter", lambda: "Consolidatable"
              not in _conditions(world, cand.name))
+
+
+# ---- the AWS cloud provider's drift checks against LocalStack's EC2 ----------------------------------------------
+@pytest.fixture(scope="module")
+def aws_world(aws_client: Any) -> Any:
+    from tests.integration.aws_world import make_world
+
+    ec2 = aws_client("ec2")
+    provider, nodeclass = make_world(ec2, aws_client("ssm"), aws_client("iam"), cidr_octet=47,
+                                     zones=("us-east-1a",), prices={"m5.large": 0.096})
+    return provider, nodeclass, ec2
+
+
+@pytest.mark.localstack
+def test_aws_provider_drift_reasons(aws_world: Any) -> None:
+    import copy
+
+    from controller.api.nodeclasshash import hash_annotations
+    from tests.integration.aws_world import launch_for
+
+    provider, base, ec2 = aws_world
+    claim: Obj = {"metadata": {"name": f"default-{uuid.uuid4().hex[:6]}", "uid": str(uuid.uuid4()),
+                               "labels": {L.NODEPOOL: "default"}},
+                  "spec": {"requirements": [
+                      {"key": L.INSTANCE_TYPE, "operator": "In", "values": ["m5.large"]},
+                      {"key": L.CAPACITY_TYPE, "operator": "In", "values": ["on-demand"]}],
+                      "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}}}
+    node = launch_for(provider, claim, base)
+    try:
+        described = ec2.describe_instances(InstanceIds=[node.provider_id.rsplit("/", 1)[1]])
+        inst = described["Reservations"][0]["Instances"][0]
+        claim["metadata"]["labels"].update(node.labels)
+        claim["metadata"]["annotations"] = hash_annotations(base)
+        claim["status"] = {"providerID": node.provider_id, "imageID": node.image_id}
+        nodeclass = copy.deepcopy(base)
+        nodeclass["status"] = {
+            "subnets": [{"id": inst["SubnetId"], "zone": "us-east-1a"}],
+            "securityGroups": [{"id": g["GroupId"]} for g in inst["SecurityGroups"]],
+            "amis": [{"id": node.image_id, "requirements": [
+                {"key": L.ARCH, "operator": "In", "values": [node.labels.get(L.ARCH, "amd64")]}]}]}
+        assert provider.is_drifted(claim, nodeclass) == ""
+
+        def changed(path: str, value: Any) -> Obj:
+            out = copy.deepcopy(nodeclass)
+            out["status"][path] = value
+            return out
+
+        assert provider.is_drifted(claim, changed("subnets", [{"id": "subnet-0new", "zone": "us-east-1a"}])) == \
+            "SubnetDrift"
+        assert provider.is_drifted(claim, changed("securityGroups", [{"id": "sg-0new"}])) == "SecurityGroupDrift"
+        assert provider.is_drifted(claim, changed("amis", [{"id": "ami-0new"}])) == "AMIDrift"
+        respec = copy.deepcopy(nodeclass)
+        respec["spec"]["tags"] = {"team": "other"}
+        assert provider.is_drifted(claim, respec) == "NodeClassDrift"
+        claim["metadata"]["annotations"][L.EC2NODECLASS_HASH_VERSION] = "v4"  # Karpenter's stamp: never drift
+        assert provider.is_drifted(claim, respec) == ""
+    finally:
+        provider.delete(node.provider_id)
