@@ -5,8 +5,9 @@ Spot interruption warning: the offering (instance type, zone, spot) is marked un
 (the termination controller cordons and drains it; its pods are provisioned anew). Scheduled change, instance
 stopping/stopped/shutting-down/terminated and capacity-reservation interruption: the NodeClaim is deleted.
 Rebalance recommendation: an event only (with karpy's RebalanceRecommendationDrift gate, also Drifted/
-RebalanceRecommendation on the NodeClaim, replaced by the disruption loop within the Drifted budget). Events carry Karpenter's reasons and messages. Instance ids are validated
-before anything is looked up; an event for an instance no NodeClaim has is counted and its message deleted.
+RebalanceRecommendation on the NodeClaim, replaced by the disruption loop within the Drifted budget). Events carry
+Karpenter's reasons and messages. Instance ids are validated before anything is looked up; an event for an instance
+no NodeClaim has is counted and its message deleted.
 Only the leader receives from the queue.
 """
 
@@ -226,9 +227,10 @@ class InterruptionController:
         if not C.set_condition(status, "Drifted", True, reason="RebalanceRecommendation",
                                message="RebalanceRecommendation"):
             return
-        try:
-            self.client.patch(R.NODECLAIMS, claim["metadata"]["name"], {"status": {"conditions": status["conditions"]}},
-                              subresource="status")
+        try:  # with the resourceVersion: the conditions list is replaced whole, a concurrent write must not be lost
+            self.client.patch(R.NODECLAIMS, claim["metadata"]["name"], {
+                "metadata": {"resourceVersion": claim["metadata"].get("resourceVersion")},
+                "status": {"conditions": status["conditions"]}}, subresource="status")
         except NotFoundError:
             return
         log.info("marking drifted", extra={**extra, "reason": "RebalanceRecommendation"})

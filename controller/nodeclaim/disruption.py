@@ -28,7 +28,7 @@ from controller.api.nodeclasshash import EC2NODECLASS_HASH_VERSION, hash_annotat
 from controller.catalog.types import InstanceType
 from controller.kube import resources as R
 from controller.kube.client import KubeClient
-from controller.kube.errors import NotFoundError
+from controller.kube.errors import ConflictError, NotFoundError
 from controller.kube.workqueue import Result
 from controller.provisioning.nodeclaimtemplate import NODEPOOL_HASH_VERSION, nodepool_hash
 from controller.scheduling.requirements import Requirements
@@ -292,11 +292,16 @@ class NodeClaimDisruptionController:
         else:
             self._clear(status, DRIFTED)
         if status.get("conditions") != (current.get("status") or {}).get("conditions"):
+            # the list is replaced whole by a merge patch: the resourceVersion makes a concurrent write (another
+            # controller's condition) a conflict to retry rather than a condition lost
             try:
-                self.client.patch(R.NODECLAIMS, name, {"status": {"conditions": status["conditions"]}},
-                                  subresource="status")
+                self.client.patch(R.NODECLAIMS, name, {
+                    "metadata": {"resourceVersion": current["metadata"].get("resourceVersion")},
+                    "status": {"conditions": status["conditions"]}}, subresource="status")
             except NotFoundError:
                 return Result()
+            except ConflictError:
+                return Result(requeue_after=0.5)
         return Result(requeue_after=requeue)
 
     @staticmethod
