@@ -71,6 +71,8 @@ class ExpirationController:
         self.cluster = cluster
         self.client = client
         self.clock = clock
+        # uids this process deleted: a pass on a cache copy from before the delete must not count it twice
+        self._deleted: dict[str, float] = {}
 
     def reconcile(self, name: str) -> Result:
         """One pass over a NodeClaim."""
@@ -88,10 +90,15 @@ class ExpirationController:
         now = self.clock()
         if now < at:
             return Result(requeue_after=at - now)
+        uid = str(claim["metadata"].get("uid") or name)
+        if uid in self._deleted:
+            return Result()
         try:
             self.client.delete(R.NODECLAIMS, name, uid=claim["metadata"].get("uid"))
         except (NotFoundError, ConflictError):
             return Result()
+        self._deleted = {u: t for u, t in self._deleted.items() if now - t < 600}
+        self._deleted[uid] = now
         node_name = str((claim.get("status") or {}).get("nodeName") or "")
         extra: dict[str, Any] = {"controller": "nodeclaim.expiration", "NodeClaim": {"name": name}}
         if node_name:

@@ -341,7 +341,7 @@ def _sample(name: str, **labels: str) -> float:
 
 
 def test_expiration_deletes_at_once_and_counts() -> None:
-    c = claim(created=T0)
+    c = claim(created=T0, finalizers=[L.TERMINATION_FINALIZER])  # stays, terminating, as with the apiserver
     c["spec"]["expireAfter"] = "1h"
     kube, _ = _world(c=c)
     ctl = ExpirationController(kube.cluster, kube, clock=lambda: kube.now)
@@ -350,9 +350,18 @@ def test_expiration_deletes_at_once_and_counts() -> None:
     labels = {"reason": "expired", "nodepool": "general", "capacity_type": "on-demand", "consolidation_policy": "",
               "termination_mode": "graceful"}
     before = _sample("karpenter_nodeclaims_disrupted_total", **labels)
+    pre_delete = kube.get(R.NODECLAIMS, "claim-1")
     kube.now = T0 + 3600
     ctl.reconcile("claim-1")
     assert ("delete", "nodeclaims", "claim-1") in kube.writes
+    assert _sample("karpenter_nodeclaims_disrupted_total", **labels) == before + 1
+    assert _sample("karpenter_nodes_disrupted_total", reason="expired", nodepool="general",
+                   capacity_type="on-demand") >= 1
+    # a pass on a copy from before the delete (the watch has not caught up) deletes and counts nothing more
+    kube.cluster.nodeclaim = lambda name: pre_delete
+    deletes = sum(1 for w in kube.writes if w[0] == "delete")
+    ctl.reconcile("claim-1")
+    assert sum(1 for w in kube.writes if w[0] == "delete") == deletes
     assert _sample("karpenter_nodeclaims_disrupted_total", **labels) == before + 1
 
 
