@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import calendar
 import datetime as dt
+import functools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -116,6 +117,7 @@ def _value(text: str, name: str, names: dict[str, int]) -> int:
     return int(text)
 
 
+@functools.lru_cache(maxsize=1024)  # a pass evaluates the same few schedules for every NodePool and reason
 def parse_schedule(text: str) -> Schedule:
     """A budget's schedule: optional `CRON_TZ=`/`TZ=` zone prefix, then a macro or five cron fields."""
     spec = " ".join(str(text).split())
