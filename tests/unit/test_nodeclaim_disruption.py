@@ -419,3 +419,24 @@ def test_rebalance_recommendation_marks_drifted_only_with_the_gate() -> None:
     assert (plural, sub, cond["type"], cond["status"], cond["reason"]) == (
         "nodeclaims", "status", "Drifted", "True", "RebalanceRecommendation")
     assert client.deleted == []
+
+
+def test_the_nodeclass_hash_controller_restamps_a_drifted_nodeclaims_version_only() -> None:
+    from controller.nodeclass.hash import reconcile_hash
+
+    kube = FakeKube(now=T0)
+    nc = nodeclass()
+    nc["metadata"]["annotations"] = {L.EC2NODECLASS_HASH: "1", L.EC2NODECLASS_HASH_VERSION: "v4"}  # Karpenter's
+    kube.add(R.EC2NODECLASSES, nc)
+    for name, drifted in (("plain", False), ("drifted", True)):
+        c = claim()
+        c["metadata"]["name"] = name
+        c["metadata"]["annotations"] = {L.EC2NODECLASS_HASH: "1", L.EC2NODECLASS_HASH_VERSION: "v4"}
+        if drifted:
+            c["status"]["conditions"].append({"type": "Drifted", "status": "True", "reason": "AMIDrift"})
+        kube.add(R.NODECLAIMS, c)
+    reconcile_hash(kube, kube.cluster, kube.cluster.nodeclass("default") or {})
+    current = hash_annotations(nodeclass())
+    assert kube.get(R.NODECLAIMS, "plain")["metadata"]["annotations"] == current
+    assert kube.get(R.NODECLAIMS, "drifted")["metadata"]["annotations"] == {
+        L.EC2NODECLASS_HASH: "1", L.EC2NODECLASS_HASH_VERSION: EC2NODECLASS_HASH_VERSION}
