@@ -104,7 +104,10 @@ class DisruptionController:
         self._last_error: tuple[str, float] = ("", 0.0)
 
     def run(self, stop: threading.Event) -> None:
-        """Reconcile until stop; a failed pass is logged and retried, never the end of the loop."""
+        """Reconcile until stop; a failed pass is logged and retried, never the end of the loop. The queue moves its
+        commands along on a thread of its own, so a long consolidation search does not hold up a launched command."""
+        driver = threading.Thread(target=self._drive_queue, args=(stop,), name="disruption.queue", daemon=True)
+        driver.start()
         while not stop.is_set():
             wait = self.poll_seconds
             if self.is_leader() and self.cluster.synced():
@@ -115,6 +118,15 @@ class DisruptionController:
             else:
                 wait = BUSY_SECONDS
             stop.wait(wait)
+        driver.join(BUSY_SECONDS + 5)  # writes end before the Lease is released
+
+    def _drive_queue(self, stop: threading.Event) -> None:
+        while not stop.wait(BUSY_SECONDS):
+            if self.is_leader() and self.queue.commands():
+                try:
+                    self.queue.tick()
+                except Exception as e:  # the next tick tries again
+                    self._report(str(e)[:300] or type(e).__name__)
 
     def _report(self, error: str) -> None:
         """Log a failed pass; the same error again is logged at most once a minute, not every pass."""

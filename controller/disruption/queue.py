@@ -118,6 +118,7 @@ class Queue:
         self.clock = clock
         self.retry_seconds = retry_seconds  # None: Karpenter's window for the number of commands in flight
         self._lock = threading.Lock()
+        self._tick_lock = threading.Lock()
         self._running: dict[str, Running] = {}
 
     # ---- what the queue holds ----------------------------------------------------------------------------------
@@ -202,21 +203,26 @@ class Queue:
     def tick(self) -> None:
         """One look at every command in flight: delete the candidates of those whose replacements are initialized,
         roll back those that failed or ran out of time."""
-        for run in self.commands():
-            try:
-                done = self._wait_or_terminate(run)
-            except QueueError as e:
-                self._fail(run, str(e))
-                continue
-            except KubeError as e:  # retried on the next tick, within the retry window
-                done = False
-                log.debug("disruption command waits", extra={"command-id": run.id, "error": str(e)[:200]})
-            if done:
-                log.info("command succeeded", extra={"controller": "disruption", "command-id": run.id,
-                                                     "command": describe(run.command, run.id)})
-                self._finish(run)
-            elif self.clock() - run.created > self._retry_window():
-                self._fail(run, f"command reached timeout after {self.clock() - run.created:.0f}s")
+        with self._tick_lock:  # the loop and the queue's own thread both drive it
+            for run in self.commands():
+                self._tick_one(run)
+
+    def _tick_one(self, run: Running) -> None:
+        """Move one command along: finish it, roll it back, or leave it waiting."""
+        try:
+            done = self._wait_or_terminate(run)
+        except QueueError as e:
+            self._fail(run, str(e))
+            return
+        except KubeError as e:  # retried on the next tick, within the retry window
+            done = False
+            log.debug("disruption command waits", extra={"command-id": run.id, "error": str(e)[:200]})
+        if done:
+            log.info("command succeeded", extra={"controller": "disruption", "command-id": run.id,
+                                                 "command": describe(run.command, run.id)})
+            self._finish(run)
+        elif self.clock() - run.created > self._retry_window():
+            self._fail(run, f"command reached timeout after {self.clock() - run.created:.0f}s")
 
     def _wait_or_terminate(self, run: Running) -> bool:
         """True once every replacement is initialized and every candidate's NodeClaim is deleted."""
