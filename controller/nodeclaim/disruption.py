@@ -188,6 +188,12 @@ def nodeclass_drift(nodeclaim: Obj, nodeclass: Obj | None, *, subnet_id: str = "
     return ""
 
 
+def _stamped_otherwise(ann: dict[str, str], hash_key: str, version_key: str, version: str) -> bool:
+    """A hash stamped under another version, or with none (what Karpenter re-stamps on a version change); a
+    NodeClaim with neither annotation was stamped by no one and is left alone."""
+    return (hash_key in ann or version_key in ann) and ann.get(version_key) != version
+
+
 def restamp(nodeclaim: Obj, nodepool: Obj | None, nodeclass: Obj | None) -> dict[str, str]:
     """The annotations to write so the NodeClaim's hashes carry karpy's current versions: a NodeClaim stamped under
     another version gets the current version, and the current hash unless it is already Drifted (whether it still
@@ -195,13 +201,13 @@ def restamp(nodeclaim: Obj, nodepool: Obj | None, nodeclass: Obj | None) -> dict
     ann = _meta(nodeclaim, "annotations")
     drifted = C.get(nodeclaim.get("status"), DRIFTED) is not None
     out: dict[str, str] = {}
-    if nodepool is not None and L.NODEPOOL_HASH_VERSION in ann and ann[L.NODEPOOL_HASH_VERSION] != \
-            NODEPOOL_HASH_VERSION:
+    if nodepool is not None and _stamped_otherwise(ann, L.NODEPOOL_HASH, L.NODEPOOL_HASH_VERSION,
+                                                   NODEPOOL_HASH_VERSION):
         out[L.NODEPOOL_HASH_VERSION] = NODEPOOL_HASH_VERSION
         if not drifted:
             out[L.NODEPOOL_HASH] = nodepool_hash(nodepool)
-    if nodeclass is not None and L.EC2NODECLASS_HASH_VERSION in ann and ann[L.EC2NODECLASS_HASH_VERSION] != \
-            EC2NODECLASS_HASH_VERSION:
+    if nodeclass is not None and _stamped_otherwise(ann, L.EC2NODECLASS_HASH, L.EC2NODECLASS_HASH_VERSION,
+                                                    EC2NODECLASS_HASH_VERSION):
         out[L.EC2NODECLASS_HASH_VERSION] = EC2NODECLASS_HASH_VERSION
         if not drifted:
             out[L.EC2NODECLASS_HASH] = hash_annotations(nodeclass)[L.EC2NODECLASS_HASH]

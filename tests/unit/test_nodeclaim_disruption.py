@@ -191,6 +191,16 @@ def test_another_hash_version_is_restamped_never_drifted(pool_version: str, clas
     assert restamp(c, pool, nc) == {} and drift_reason(c, pool) is None and nodeclass_drift(c, nc) == ""
 
 
+def test_a_hash_without_version_is_restamped_and_no_hash_is_left_alone() -> None:
+    pool, nc = nodepool(), nodeclass()
+    c = claim()
+    c["metadata"]["annotations"] = {L.NODEPOOL_HASH: "1"}
+    assert restamp(c, pool, nc) == {L.NODEPOOL_HASH: nodepool_hash(pool),
+                                    L.NODEPOOL_HASH_VERSION: NODEPOOL_HASH_VERSION}
+    c["metadata"]["annotations"] = {}
+    assert restamp(c, pool, nc) == {}
+
+
 def test_an_already_drifted_nodeclaim_keeps_its_hash_when_restamped() -> None:
     c = _stamped_by(KARPENTER_NODEPOOL_HASH_VERSION, EC2NODECLASS_HASH_VERSION)
     c["status"]["conditions"].append({"type": "Drifted", "status": "True", "reason": "NodePoolDrifted"})
