@@ -63,7 +63,7 @@ class Schedule:
     days: frozenset[int]
     months: frozenset[int]
     weekdays: frozenset[int]
-    day_star: bool  # day-of-month started with * or ?: days match as AND with weekdays, else OR (robfig)
+    day_star: bool  # day-of-month is * or ? (no step): days match as AND with weekdays, else OR (robfig)
     weekday_star: bool
     hour_wild: bool  # the hour field is a wildcard: repeated wall times fire twice on a fall-back day
     zone: dt.tzinfo
@@ -80,8 +80,10 @@ class Schedule:
 
 
 def _field(text: str, name: str, lo: int, hi: int, names: dict[str, int]) -> tuple[frozenset[int], bool]:
-    """One cron field's values and whether it starts with * or ? (robfig/cron's getField/getRange)."""
+    """One cron field's values and whether it is a star: a part `*` or `?` without a step above 1 (robfig/cron's
+    getField/getRange: `*/2` in day-of-month is a restriction, so it ORs with day-of-week)."""
     out: set[int] = set()
+    star = False
     for part in text.split(","):
         if not part:
             raise BudgetError(f"{name} field {_clip(text)!r}: empty list item")
@@ -100,13 +102,14 @@ def _field(text: str, name: str, lo: int, hi: int, names: dict[str, int]) -> tup
                 end = hi  # "a/n" means a..max stepping n
         else:
             step = 1
+        star = star or (rng in ("*", "?") and step == 1)
         if start < lo or end > hi:
             raise BudgetError(f"{name} field {_clip(text)!r}: values must be within {lo}-{hi}")
         if start > end:
             raise BudgetError(f"{name} field {_clip(text)!r}: beginning of range ({start}) beyond end of range "
                               f"({end})")
         out.update(range(start, end + 1, step))
-    return frozenset(out), text.startswith(("*", "?"))
+    return frozenset(out), star
 
 
 def _value(text: str, name: str, names: dict[str, int]) -> int:
@@ -140,7 +143,7 @@ def parse_schedule(text: str) -> Schedule:
     parsed = [_field(f, name, lo, hi, names) for f, (name, lo, hi, names) in zip(fields, _FIELDS, strict=True)]
     return Schedule(minutes=parsed[0][0], hours=parsed[1][0], days=parsed[2][0], months=parsed[3][0],
                     weekdays=parsed[4][0], day_star=parsed[2][1], weekday_star=parsed[4][1],
-                    hour_wild=parsed[1][1], zone=zone)
+                    hour_wild=fields[1].startswith(("*", "?")), zone=zone)
 
 
 def parse_duration(text: str) -> float:

@@ -143,6 +143,11 @@ def test_cron_syntax() -> None:
     either = parse_schedule("0 0 13 * 5")
     assert either.day_matches(dt.date(2024, 9, 13)) and either.day_matches(dt.date(2024, 9, 6))
     assert either.day_matches(dt.date(2024, 9, 13)) and not either.day_matches(dt.date(2024, 9, 7))
+    # a stepped star is a restriction in robfig/cron: "*/10" days OR Mondays (2024-09-02 is a Monday, the 11th a
+    # Wednesday and day 11 of "*/10")
+    stepped = parse_schedule("0 0 */10 * 1")
+    assert stepped.day_matches(dt.date(2024, 9, 2)) and stepped.day_matches(dt.date(2024, 9, 11))
+    assert not stepped.day_matches(dt.date(2024, 9, 12))
     both = parse_schedule("0 0 * * 5")
     assert not both.day_matches(dt.date(2024, 9, 13 + 1))
     assert parse_schedule("@hourly").minutes == {0} and len(parse_schedule("@hourly").hours) == 24
