@@ -14,6 +14,7 @@ import yaml
 from click.testing import CliRunner
 
 from cli import main
+from controller.api import conditions as C
 from controller.catalog.snapshot import load_catalog
 from controller.disruption.documents import DisruptionInput, parse_now
 from controller.disruption.render import DisruptionResult, DriftEntry, render, to_dict
@@ -225,3 +226,58 @@ def test_status_disruption_state_from_conditions_and_events():
     assert lines[start + 3].strip() == "AMIDrift"
     assert lines[start + 4].startswith("c2") and "Blocked" in lines[start + 4]
     assert not any(line.startswith("c3") for line in lines[start:])
+
+
+# ---- the preview's own bookkeeping, apart from the core's decisions ---------------------------------------------
+
+def test_the_preview_holds_commands_within_a_pass_and_completes_them_between_passes():
+    """The pass here is a scripted function over the core's contract (Snapshot in, Pass out: at most two drift
+    commands in flight, as a budget of 2 would allow), so what is checked is the preview's own work: commands of a
+    pass hold their nodes (Snapshot.disrupting) until the pass ends, then the candidates go, the replacements come up
+    as initialized nodes stamped from the proposed NodePool (not drifted by the real rules), and the displaced pods
+    are bound again by the real scheduler. The CLI tests above run the controller's own pass."""
+    from controller.api.documents import load_documents
+    from controller.disruption.preview import plan
+    from controller.nodeclaim.disruption import drift_reason
+
+    seen: list[Snapshot] = []
+    held: list[set[str]] = []
+
+    def scripted(snap: Snapshot, options: Any) -> Pass:
+        seen.append(snap)
+        held.append(set(snap.disrupting))
+        if len(snap.disrupting) >= 2:
+            return Pass()
+        nodes = {n["metadata"]["name"]: n for n in snap.nodes}
+        for claim in sorted(snap.nodeclaims, key=lambda c: c["metadata"]["name"]):
+            name = claim["metadata"]["name"]
+            if name in snap.disrupting or name not in snap.drifted:
+                continue
+            it = next(t for t in snap.instance_types["general"] if t.name == "c5.xlarge")
+            planned = PlannedNodeClaim(node_pool="general", requirements=Requirements(), instance_type_options=[it],
+                                       instance_type=it, capacity_type="on-demand", zone="us-east-1a",
+                                       price_per_hour=0.17, pods=[])
+            cand = Candidate(nodeclaim=claim, node=nodes[claim["status"]["nodeName"]], nodepool="general",
+                             instance_type="m5.xlarge", capacity_type="on-demand", zone="us-east-1a", price=0.192,
+                             disruption_cost=1.0)
+            return Pass(method="Drift", commands=[Command("Drift", "Drifted", [cand], [Replacement(planned)])])
+        return Pass()
+
+    result = plan(load_documents([str(EXAMPLE)]), now=parse_now(SATURDAY), proposed=load_documents([str(PROPOSAL)]),
+                  compute=scripted)
+    assert result.drift is not None and result.passes == 3
+    assert [(d.nodeclaim, d.pass_number) for d in result.drift] == [
+        ("general-b9mqd", 1), ("general-c8wzl", 1), ("general-h2sfj", 2), ("general-r4tvn", 2),
+        ("general-x7k2p", 3)]
+    # within pass 1 the second command was computed with the first one's node held
+    assert {"general-b9mqd"} in held and {"general-b9mqd", "general-c8wzl"} in held
+    last = seen[-1]
+    names = {c["metadata"]["name"] for c in last.nodeclaims}
+    assert not names & {d.nodeclaim for d in result.drift}  # every drifted NodeClaim replaced
+    launched = [c for c in last.nodeclaims if "-preview-" in c["metadata"]["name"]]
+    assert len(launched) >= 5 and all(C.is_true(c["status"], "Initialized") for c in launched)
+    pool = result.input.nodepools["general"]
+    assert all(drift_reason(c, pool, last.instance_types["general"]) is None for c in launched)
+    node_names = {n["metadata"]["name"] for n in last.nodes}
+    bound = [p for p in last.pods if p["spec"].get("nodeName")]
+    assert len(bound) == 6 and all(p["spec"]["nodeName"] in node_names for p in bound)
