@@ -55,8 +55,8 @@ def plan(docs: list[Document], catalog: str = "aws-us-east-1", now: float | None
     """The next pass over these documents at `now`; with `proposed` documents, the pass over the proposal and the
     drift preview (at most max_passes passes)."""
     options = options or Options()
-    compute = compute or default_compute()
     base = documents.load(docs, catalog=catalog, now=now)
+    compute = compute or default_compute()
     if proposed is None:
         first, notes = _first_pass(compute, base, options)
         return DisruptionResult(input=base, pass_=first, notes=notes)

@@ -198,7 +198,7 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-COMMANDS = [["simulate"], ["validate"], ["convert"], ["explain", "web"]]
+COMMANDS = [["simulate"], ["validate"], ["convert"], ["explain", "web"], ["disruption"]]
 
 
 @pytest.mark.parametrize(("name", "expected"), [(n, e) for n, _, e in CORPUS], ids=[n for n, _, _ in CORPUS])
