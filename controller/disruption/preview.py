@@ -56,11 +56,11 @@ def plan(docs: list[Document], catalog: str = "aws-us-east-1", now: float | None
     drift preview (at most max_passes passes)."""
     options = options or Options()
     base = documents.load(docs, catalog=catalog, now=now)
-    compute = compute or default_compute()
-    if proposed is None:
+    changed = documents.propose(base, proposed) if proposed is not None else None
+    compute = compute or default_compute()  # once the input is known good: the core's imports are the slow part
+    if changed is None:
         first, notes = _first_pass(compute, base, options)
         return DisruptionResult(input=base, pass_=first, notes=notes)
-    changed = documents.propose(base, proposed)
     first, notes = _first_pass(compute, changed, options)
     drift, passes, more = preview(base, changed, options, compute, max_passes)
     return DisruptionResult(input=changed, pass_=first, drift=drift, passes=passes, notes=notes + more)
