@@ -13,12 +13,12 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from controller import metrics as M
 from controller.disruption import events as E
-from controller.disruption.queue import Queue, QueueError, consolidation_type, describe
+from controller.disruption.queue import Queue, QueueError, consolidation_type, describe, new_id
 from controller.disruption.state import build_snapshot
 from controller.disruption.types import (
     DRIFT,
@@ -78,6 +78,7 @@ class Pending:
 
     command: Command
     due: float
+    id: str = field(default_factory=new_id)
 
 
 class DisruptionController:
@@ -158,14 +159,14 @@ class DisruptionController:
         if not commands:
             return BUSY_SECONDS if self.queue.commands() else self.poll_seconds
         if result.method in VALIDATED:
-            for cmd in commands:
-                if consolidation_type(cmd.method) in ("multi", "single"):
-                    for c in cmd.candidates:
-                        E.publish(self.recorder, E.consolidation_candidate(
-                            self.cluster.node(c.node_name), c.nodeclaim, describe(cmd, "pending"),
-                            cmd.savings_per_hour))
             due = self.clock() + self.validation_seconds
             self.pending = [Pending(cmd, due) for cmd in commands]
+            for p in self.pending:
+                if consolidation_type(p.command.method) in ("multi", "single"):
+                    for c in p.command.candidates:
+                        E.publish(self.recorder, E.consolidation_candidate(
+                            self.cluster.node(c.node_name), c.nodeclaim, describe(p.command, p.id),
+                            p.command.savings_per_hour))
             return min(BUSY_SECONDS, self.validation_seconds)
         self._start(commands)
         return BUSY_SECONDS
@@ -176,7 +177,7 @@ class DisruptionController:
             return BUSY_SECONDS
         pending, self.pending = self.pending, []
         snapshot = self.snapshot()
-        valid: list[Command] = []
+        valid: list[Pending] = []
         for p in pending:
             cmd = p.command
             try:
@@ -184,22 +185,27 @@ class DisruptionController:
             except Exception as e:  # a validation that cannot run is a failed one
                 ok, why = False, f"validation failed, {str(e)[:200]}"
             if ok:
-                valid.append(cmd)
+                valid.append(p)
                 continue
             M.DISRUPTION_FAILED_VALIDATIONS.labels(consolidation_type=consolidation_type(cmd.method)).inc()
             self.queue.drop(cmd)
             log.info("abandoning disruption command", extra={
                 "controller": "disruption", "reason": why[:300],
-                "command": describe(cmd, "pending")})
-        self._start(valid)
+                "command": describe(cmd, p.id)})
+        for p in valid:
+            self._start_one(p.command, p.id)
         return BUSY_SECONDS
 
     def _start(self, commands: list[Command]) -> None:
         for cmd in commands:
-            try:
-                self.queue.start(cmd)
-            except QueueError as e:
-                log.error("disrupting candidates failed", extra={"controller": "disruption", "error": str(e)[:300]})
+            self._start_one(cmd, new_id())
+
+    def _start_one(self, cmd: Command, cmd_id: str) -> None:
+        try:
+            self.queue.start(cmd, cmd_id)
+        except QueueError as e:
+            log.error("disrupting candidates failed", extra={"controller": "disruption", "command-id": cmd_id,
+                                                             "error": str(e)[:300]})
 
     def _observe(self, result: Pass) -> None:
         """The pass's events (blocked nodes, NodePools out of budget) and metrics (eligible nodes, allowed

@@ -57,6 +57,11 @@ class QueueError(Exception):
     """A command could not be started (it was rolled back)."""
 
 
+def new_id() -> str:
+    """A command's id, unique across processes (a restarted controller tells its own commands from older ones)."""
+    return uuid.uuid4().hex[:12]
+
+
 def consolidation_type(method: str) -> str:
     """Karpenter's consolidation_type label: empty, multi, single, or "" for drift."""
     return {EMPTINESS: "empty", MULTI_NODE_CONSOLIDATION: "multi", SINGLE_NODE_CONSOLIDATION: "single"}.get(method, "")
@@ -140,13 +145,13 @@ class Queue:
         return min(max(RETRY_SCALE_SECONDS * n, MIN_RETRY_SECONDS), MAX_RETRY_SECONDS)
 
     # ---- starting a command ------------------------------------------------------------------------------------
-    def start(self, cmd: Command) -> Running:
-        """Taint the candidates, launch the replacements and enqueue the command; on failure undo what was done and
-        raise QueueError."""
+    def start(self, cmd: Command, cmd_id: str = "") -> Running:
+        """Taint the candidates, launch the replacements and enqueue the command (under cmd_id, or a new id); on
+        failure undo what was done and raise QueueError."""
         held = self.holds()
         if any(c.name in held for c in cmd.candidates):
             raise QueueError("candidate is being disrupted")
-        run = Running(id=uuid.uuid4().hex[:12], command=cmd, created=self.clock())
+        run = Running(id=cmd_id or new_id(), command=cmd, created=self.clock())
         log.info("disrupting node(s)", extra={
             "controller": "disruption", "command": describe(cmd, run.id), "reason": cmd.reason,
             "decision": cmd.decision, "disrupted-node-count": len(cmd.candidates),
