@@ -197,7 +197,11 @@ def test_aws_provider_drift_reasons(aws_world: Any) -> None:
             "securityGroups": [{"id": g["GroupId"]} for g in inst["SecurityGroups"]],
             "amis": [{"id": node.image_id, "requirements": [
                 {"key": L.ARCH, "operator": "In", "values": [node.labels.get(L.ARCH, "amd64")]}]}]}
+        calls: list[str] = []
+        ec2.meta.events.register("before-call.ec2.DescribeInstances", lambda **_: calls.append("describe"))
         assert provider.is_drifted(claim, nodeclass) == ""
+        assert provider.is_drifted(claim, nodeclass) == ""
+        assert len(calls) == 1  # the cluster's instances are described once for a minute, not once per check
 
         def changed(path: str, value: Any) -> Obj:
             out = copy.deepcopy(nodeclass)

@@ -240,6 +240,28 @@ class AWSCloudProvider:
             *ownership_filters(self.cluster.name, tag_keys=(L.NODEPOOL,)),
             {"Name": "instance-state-name", "Values": list(instances.LIVE_STATES)}])
 
+    def _drift_view(self, instance_id: str) -> dict[str, Any]:
+        """The instance's DescribeInstances entry for drift, from one paginated call over the cluster's instances
+        cached for a minute (a NodeClass change re-checks every NodeClaim of it: one call, not one per NodeClaim);
+        an instance not in it is described alone. NodeClaimNotFoundError when it is gone."""
+        views = self._cached("drift-instances", lambda: {
+            str(d["InstanceId"]): d for page in self.ec2.get_paginator("describe_instances").paginate(Filters=[
+                *ownership_filters(self.cluster.name, tag_keys=(L.NODEPOOL,)),
+                {"Name": "instance-state-name", "Values": list(instances.LIVE_STATES)}])
+            for r in page["Reservations"] for d in r["Instances"]})
+        if instance_id in views:
+            return dict(views[instance_id])
+        try:
+            found = [d for r in self.ec2.describe_instances(InstanceIds=[instance_id])["Reservations"]
+                     for d in r["Instances"]]
+        except ClientError as e:
+            if e.response["Error"]["Code"] in ("InvalidInstanceID.NotFound", "InvalidInstanceID.Malformed"):
+                raise NodeClaimNotFoundError(f"instance {instance_id} not found") from None
+            raise
+        if not found:
+            raise NodeClaimNotFoundError(f"instance {instance_id} not found")
+        return dict(found[0])
+
     def is_drifted(self, nodeclaim: Mapping[str, Any], nodeclass: Mapping[str, Any] | None) -> str:
         """The EC2NodeClass side of drift (karpenter-provider-aws's isNodeClassDrifted): the static hash and the AMI
         from the NodeClaim, then the instance's security groups, subnet and capacity reservation from EC2."""
@@ -254,16 +276,7 @@ class AWSCloudProvider:
         if not pid:
             return ""
         _, instance_id = instances.parse_provider_id(pid)
-        try:
-            found = [d for r in self.ec2.describe_instances(InstanceIds=[instance_id])["Reservations"]
-                     for d in r["Instances"]]
-        except ClientError as e:
-            if e.response["Error"]["Code"] in ("InvalidInstanceID.NotFound", "InvalidInstanceID.Malformed"):
-                raise NodeClaimNotFoundError(f"instance {instance_id} not found") from None
-            raise
-        if not found:
-            raise NodeClaimNotFoundError(f"instance {instance_id} not found")
-        d = found[0]
+        d = self._drift_view(instance_id)
         groups = [str(g["GroupId"]) for g in d.get("SecurityGroups") or [] if g.get("GroupId")]
         return nodeclass_drift(claim, klass, subnet_id=str(d.get("SubnetId") or ""), security_group_ids=groups,
                                reservation_id=str(d.get("CapacityReservationId") or ""))
