@@ -192,3 +192,16 @@ def test_fall_back_repeated_time_fires_once_unless_the_hour_is_a_wildcard() -> N
     wild = parse_schedule("CRON_TZ=America/New_York */30 * * * *")
     assert is_active(wild, 600, second + 60)
     assert is_active(wild, 600, first + 60)
+
+
+def test_a_skipped_midnight_and_a_half_hour_shift() -> None:
+    # Santiago jumps 00:00 -> 01:00 on 2024-09-08: @daily opens its window at 01:00 local that day
+    santiago = ZoneInfo("America/Santiago")
+    s = parse_schedule("CRON_TZ=America/Santiago @daily")
+    opened = ts(2024, 9, 8, 1, 0, tz=santiago)
+    assert not is_active(s, 600, opened - 1) and is_active(s, 600, opened)
+    # Lord Howe moves 30 minutes (02:00 -> 02:30) on 2024-10-06: 02:15 fires at 02:30
+    lord_howe = ZoneInfo("Australia/Lord_Howe")
+    s = parse_schedule("CRON_TZ=Australia/Lord_Howe 15 2 * * *")
+    jump = ts(2024, 10, 6, 2, 30, tz=lord_howe)
+    assert not is_active(s, 60, jump - 1) and is_active(s, 60, jump)
