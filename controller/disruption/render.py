@@ -142,7 +142,10 @@ def _table(result: DisruptionResult, width: int | None = None) -> str:
     if groups:
         lines += ["", f"BLOCKED ({len(data['blocked'])})"]
         for reason, names in sorted(groups.items(), key=lambda kv: -len(kv[1])):
-            lines += wrap(f"{reason} ({len(names)}): {_listed(names)}", width, "  ", "      ")
+            text = f"{names[0]}: {reason}" if len(names) == 1 else f"{len(names)} NodeClaims: {reason}"
+            lines += wrap(text, width, "  ", "      ")
+            if len(names) > 1:
+                lines += wrap(_listed(names), width, "      ", "      ")
     if "drift" in data:
         drift = data["drift"]
         lines += ["", f"DRIFT PREVIEW ({len(drift)} NodeClaim(s) would drift, {data['passes']} pass(es))"]

@@ -89,7 +89,8 @@ def test_the_table_is_one_line_per_command_and_groups_blocked_nodes_within_80_co
     assert sum(1 for line in lines if line.startswith("Emptiness")) == 3
     assert "BLOCKED (1001)" in text
     group = next(i for i, line in enumerate(lines) if "do-not-disrupt" in line)
-    assert "(1000):" in " ".join(lines[group:group + 2]) and "and 990 more" in " ".join(lines[group:group + 4])
+    assert lines[group].startswith("  1000 NodeClaims: ") and "and 990 more" in " ".join(lines[group:group + 4])
+    assert "  other: node isn't initialized" in lines
     assert len(lines) < 30
 
 
