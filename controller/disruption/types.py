@@ -91,6 +91,20 @@ class Candidate:
     price: float  # per hour, from the NodePool's instance types
     disruption_cost: float
     reschedulable_pods: list[Obj] = field(default_factory=list)
+    # 1 + the pods' eviction costs (no lifetime factor): Karpenter's RescheduleDisruptionCost, for emptiness,
+    # the savings ratio and Balanced scoring
+    reschedule_disruption_cost: float = 1.0
+    instance: InstanceType | None = None  # the priced instance type (None when the NodePool does not offer it)
+
+    @property
+    def is_empty(self) -> bool:
+        """No pod would have to move (Karpenter's IsEmpty)."""
+        return self.reschedule_disruption_cost <= 1.0
+
+    @property
+    def savings_ratio(self) -> float:
+        """Price per unit of disruption: consolidation tries the highest first (Karpenter's SavingsRatio)."""
+        return self.price / self.reschedule_disruption_cost if self.reschedule_disruption_cost else 0.0
 
     @property
     def name(self) -> str:
