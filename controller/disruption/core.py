@@ -59,7 +59,7 @@ def expired(snapshot: Snapshot, cands: CandidateSet) -> tuple[list[Expired], lis
         try:
             seconds = parse_go_duration(after, "spec.expireAfter")
         except DisruptionRuleError as e:
-            bad.append(Blocked(s.nodeclaim_name, _name(s.node), sentence(str(e))[:500]))
+            bad.append(Blocked(s.nodeclaim_name, _name(s.node), str(e)[:500]))
             continue
         created = C.parse_time((claim.get("metadata") or {}).get("creationTimestamp"))
         if seconds is None or created is None:

@@ -18,7 +18,7 @@ ZONES = ("test-zone-a", "test-zone-b")
 
 def ts(epoch: float) -> str:
     """RFC 3339 of an epoch time."""
-    return dt.datetime.fromtimestamp(epoch, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return dt.datetime.fromtimestamp(epoch, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def itype(name: str, cpu: float, mem_gib: float, od: float, spot: float | None = None, pods: int = 110,
