@@ -342,7 +342,7 @@ def disruption(files: tuple[str, ...], catalog: str, now_text: str | None, featu
 
     \b
     Examples:
-      karpy disruption -f examples/disruption/cluster.yaml
+      karpy disruption -f examples/disruption/
       kubectl get no,po,nodeclaim,nodepool,ec2nodeclass,pdb -A -o yaml >snap.yaml
       karpy disruption -f snap.yaml --now 2026-01-05T03:00:00Z -o json
       karpy disruption -f snap.yaml --apply pools.yaml     (drift preview)

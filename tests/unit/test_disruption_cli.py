@@ -25,7 +25,7 @@ from controller.scheduling.requirements import Requirements
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "disruption" / "cluster.yaml"
-PROPOSAL = ROOT / "examples" / "disruption" / "nodepool-no-m.yaml"
+PROPOSAL = ROOT / "examples" / "disruption" / "proposed" / "nodepool-no-m.yaml"
 SATURDAY = "2026-11-28T12:00:00Z"  # the example's drift budget (Berlin business hours) is not active
 MONDAY_BERLIN_MORNING = "2026-11-30T09:30:00Z"  # 10:30 in Berlin: the Drifted budget allows none
 

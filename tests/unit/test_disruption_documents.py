@@ -204,7 +204,8 @@ def test_parse_now_takes_rfc3339_with_an_offset_only():
 
 def test_propose_puts_the_proposed_pools_in_place_by_name():
     base = load(_docs(), now=LATER)
-    proposed = parse_documents((EXAMPLE.parent / "nodepool-no-m.yaml").read_text(), "no-m.yaml") + parse_documents(
+    proposal = (EXAMPLE.parent / "proposed" / "nodepool-no-m.yaml").read_text()
+    proposed = parse_documents(proposal, "no-m.yaml") + parse_documents(
         "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x, namespace: y}\n", "no-m.yaml")
     changed = propose(base, proposed)
     reqs = changed.nodepools["general"]["spec"]["template"]["spec"]["requirements"]
