@@ -7,6 +7,7 @@ requirements stays in that form, which is what lets NodePool, pod and instance-t
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -126,6 +127,12 @@ class Requirement:
         return None
 
 
+@functools.lru_cache(maxsize=65536)
+def _label_requirement(key: str, value: str) -> Requirement:
+    """`key In [value]`, built once per label."""
+    return Requirement(key, False, frozenset((value,)))
+
+
 class Requirements:
     """A conjunction of requirements, one per key."""
 
@@ -147,8 +154,11 @@ class Requirements:
 
     @classmethod
     def from_labels(cls, labels: Mapping[str, str]) -> Requirements:
-        """Each label as `key In [value]`."""
-        return cls(Requirement(k, False, frozenset([str(v)])) for k, v in labels.items())
+        """Each label as `key In [value]` (keys are unique, so nothing to intersect; the immutable per-label
+        requirements are shared, as every node of a cluster repeats most of its labels)."""
+        out = cls()
+        out._reqs = {k: _label_requirement(k, str(v)) for k, v in labels.items()}
+        return out
 
     def add(self, req: Requirement) -> None:
         """Narrow by one more requirement (intersecting with any on the same key)."""
