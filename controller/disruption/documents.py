@@ -309,13 +309,17 @@ def propose(base: DisruptionInput, documents: list[Document]) -> DisruptionInput
     pools = dict(base.nodepools)
     classes = dict(base.nodeclasses)
     notes: list[str] = []
+    others: dict[str, int] = {}
     for doc in documents:
         if doc.kind == "NodePool":
             pools[doc.name] = _parsed(doc)
         elif doc.kind == "EC2NodeClass":
             classes[doc.name] = _parsed(doc)
         else:
-            notes.append(f"{doc.ref}: --apply reads only NodePools and EC2NodeClasses; left out")
+            others[doc.kind] = others.get(doc.kind, 0) + 1
+    if others:  # what `karpy render` prints besides the pools (CRDs, RBAC, the Deployment...)
+        kinds = ", ".join(f"{n} {kind}" for kind, n in sorted(others.items()))
+        notes.append(f"--apply reads only NodePools and EC2NodeClasses; left out: {kinds}")
     if not any(d.kind in PROPOSABLE_KINDS for d in documents):
         raise DisruptionInputError("--apply: no NodePool or EC2NodeClass in the proposed files")
     snap = base.snapshot

@@ -282,3 +282,19 @@ def test_the_preview_holds_commands_within_a_pass_and_completes_them_between_pas
     node_names = {n["metadata"]["name"] for n in last.nodes}
     bound = [p for p in last.pods if p["spec"].get("nodeName")]
     assert len(bound) == 6 and all(p["spec"]["nodeName"] in node_names for p in bound)
+
+
+def test_the_drift_preview_takes_what_karpy_render_prints(tmp_path):
+    """`karpy render --env dev` prints CRDs, RBAC and the Deployment besides the pools: the preview reads the pools
+    and the EC2NodeClass (whose spec differs from the snapshot's: NodeClassDrift for every NodeClaim of it) and
+    notes the rest in one line."""
+    rendered = CliRunner().invoke(main, ["render", "--env", "dev"], prog_name="karpy")
+    assert rendered.exit_code == 0, rendered.output
+    proposal = tmp_path / "dev.yaml"
+    proposal.write_text(rendered.stdout)
+    res = _karpy("-f", str(EXAMPLE), "--apply", str(proposal), "--now", SATURDAY, "-o", "json")
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert {d["reason"] for d in doc["drift"]} == {"NodeClassDrift"} and len(doc["drift"]) == 5
+    left_out = [n for n in doc["notes"] if n.startswith("--apply reads only NodePools and EC2NodeClasses")]
+    assert len(left_out) == 1 and "3 CustomResourceDefinition" in left_out[0] and "1 Deployment" in left_out[0]
