@@ -298,3 +298,21 @@ def test_the_drift_preview_takes_what_karpy_render_prints(tmp_path):
     assert {d["reason"] for d in doc["drift"]} == {"NodeClassDrift"} and len(doc["drift"]) == 5
     left_out = [n for n in doc["notes"] if n.startswith("--apply reads only NodePools and EC2NodeClasses")]
     assert len(left_out) == 1 and "3 CustomResourceDefinition" in left_out[0] and "1 Deployment" in left_out[0]
+
+
+def test_nodeclaims_past_expire_after_are_listed_as_expired(tmp_path):
+    """expireAfter counts from the NodeClaim's creation (2026-11-02T08:00:00Z in the example): 24h later it has
+    expired, a day before that it has not."""
+    snapshot = yaml.safe_load(EXAMPLE.read_text())
+    for item in snapshot["items"]:
+        if item["kind"] == "NodeClaim" and item["metadata"]["name"] == "general-x7k2p":
+            item["spec"]["expireAfter"] = "24h"
+    path = tmp_path / "expiring.yaml"
+    path.write_text(yaml.safe_dump(snapshot))
+    res = _karpy("-f", str(path), "--now", SATURDAY, "-o", "json")
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["expired"] == [{"nodeClaim": "general-x7k2p", "node": "ip-10-0-1-10", "nodePool": "general"}]
+    assert "general-x7k2p" not in {c["nodeClaim"] for cmd in doc["commands"] for c in cmd["candidates"]}
+    res = _karpy("-f", str(path), "--now", "2026-11-03T07:00:00Z", "-o", "json")
+    assert res.exit_code == 0 and json.loads(res.stdout)["expired"] == []
