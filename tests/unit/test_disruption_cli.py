@@ -176,12 +176,6 @@ def test_bad_flags_are_one_line(args, code, message):
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], res.output
 
 
-def test_gates_are_accepted(tmp_path):
-    res = _karpy("-f", str(EXAMPLE), "--now", SATURDAY, "--feature-gates",
-                 "SpotToSpotConsolidation=true,ManyToManyConsolidation=true", "-o", "json")
-    assert res.exit_code == 0, res.output
-
-
 def test_an_invalid_document_is_one_line(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: p, namespace: a}\n"
@@ -316,3 +310,27 @@ def test_nodeclaims_past_expire_after_are_listed_as_expired(tmp_path):
     assert "general-x7k2p" not in {c["nodeClaim"] for cmd in doc["commands"] for c in cmd["candidates"]}
     res = _karpy("-f", str(path), "--now", "2026-11-03T07:00:00Z", "-o", "json")
     assert res.exit_code == 0 and json.loads(res.stdout)["expired"] == []
+
+
+def test_flags_reach_the_pass_as_the_controllers_options(monkeypatch):
+    """--feature-gates and the two policies become the Options the controller's pass runs under (the real pass,
+    wrapped to see what it was given)."""
+    from controller.disruption import preview
+    from controller.disruption.core import compute_pass
+
+    given: list[Any] = []
+
+    def seen(snapshot: Snapshot, options: Any) -> Pass:
+        given.append(options)
+        return compute_pass(snapshot, options)
+
+    monkeypatch.setattr(preview, "default_compute", lambda: seen)
+    res = _karpy("-f", str(EXAMPLE), "--now", SATURDAY, "--feature-gates",
+                 "SpotToSpotConsolidation=true,ManyToManyConsolidation=true", "--preference-policy", "Ignore",
+                 "--min-values-policy", "BestEffort", "-o", "json")
+    assert res.exit_code == 0, res.output
+    assert given and all(o.spot_to_spot and o.many_to_many and o.preference_policy == "Ignore"
+                         and o.min_values_policy == "BestEffort" for o in given)
+    given.clear()
+    assert _karpy("-f", str(EXAMPLE), "--now", SATURDAY, "-o", "json").exit_code == 0
+    assert given and not any(o.spot_to_spot or o.many_to_many for o in given)
