@@ -58,18 +58,16 @@ def _core_compute(snapshot: Snapshot, options: Options) -> Pass:
 def _core_validate(snapshot: Snapshot, command: Command, options: Options) -> Any:
     from controller.disruption.core import validate
 
-    return validate(snapshot, command, options)
+    return validate(command, snapshot, options)
 
 
 def validation_outcome(result: Any) -> tuple[bool, str]:
-    """Read what validate returned: a bool, a reason ("" when valid), or a Command/None (still valid or not)."""
+    """Read what validate returned: why the command is no longer valid, None (or "") when it still is; a bool too."""
     if isinstance(result, bool):
         return result, "" if result else "command is no longer valid"
-    if isinstance(result, str):
-        return not result, result
-    if result is None:
-        return False, "command is no longer valid"
-    return True, ""
+    if result is None or result == "":
+        return True, ""
+    return False, str(result)
 
 
 @dataclass

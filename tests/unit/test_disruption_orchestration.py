@@ -42,7 +42,7 @@ def test_validation_outcomes() -> None:
     assert validation_outcome("") == (True, "")
     assert validation_outcome("pods moved") == (False, "pods moved")
     assert validation_outcome(False)[0] is False
-    assert validation_outcome(None)[0] is False
+    assert validation_outcome(None) == (True, "")
 
 
 def test_event_messages_and_targets() -> None:
