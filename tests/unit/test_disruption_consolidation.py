@@ -3,6 +3,8 @@ balanced_test.go over hand-built Snapshots (names follow the Karpenter cases the
 
 from __future__ import annotations
 
+import pytest
+
 from controller.api import labels as L
 from controller.disruption.core import compute_pass, validate
 from controller.disruption.types import (
@@ -253,7 +255,7 @@ def test_balanced_rejects_low_savings_move() -> None:
     def world(policy: str) -> World:
         w = World(TYPES, nodepools=[nodepool(policy=policy)])
         w.node("busy", "m5.2xlarge")
-        w.node("idle-ish", "m5.2xlarge")
+        w.node("idle-ish", "m5.2xlarge", consolidatable=False)  # counts in the pool's totals only
         # the replaceable node carries most of the pool's pods but saves little
         w.pods += [pod(f"q{i}", "busy", cpu="100m") for i in range(30)]
         w.pods += [pod("keep", "idle-ish", cpu="7")]
@@ -261,7 +263,9 @@ def test_balanced_rejects_low_savings_move() -> None:
     balanced = compute_pass(world("Balanced").snapshot(), Options())
     plain = compute_pass(world("WhenEmptyOrUnderutilized").snapshot(), Options())
     assert plain.commands, "the move exists without Balanced"
-    assert all("busy" not in {c.name for c in cmd.candidates} for cmd in balanced.commands)
+    assert any("busy" in {c.name for c in cmd.candidates} for cmd in plain.commands)
+    # Balanced: replacing "busy" saves 0.354 of the pool's 0.768/h (0.46) for 31 of its 33 disruption (0.94)
+    assert balanced.commands == []
 
 
 def test_many_to_many_replaces_three_with_two_when_gated() -> None:
@@ -297,3 +301,34 @@ def test_validate_consolidation_after_pods_arrive() -> None:
     survivor = "b" if cmd.candidates[0].name == "a" else "a"
     w.pods.append(pod("late", survivor, cpu="3"))
     assert validate(cmd, w.snapshot(), Options()) is not None
+
+
+def test_multi_node_timeout_keeps_the_last_valid_command() -> None:
+    """'should return the last valid command when multi-node consolidation times out': the clock passes the
+    timeout after the first batch was found valid, and that batch is the command."""
+    w = World(TYPES)
+    for n in ("a", "b", "c", "d", "e"):
+        w.node(n, "m5.2xlarge")
+        w.pods.append(pod(f"p-{n}", n, cpu="500m"))
+    calls = {"n": 0}
+
+    def clock() -> float:
+        calls["n"] += 1
+        return 0.0 if calls["n"] <= 2 else 1000.0  # start, first check; then past the timeout
+    result = compute_pass(w.snapshot(), Options(multi_node_timeout=60, clock=clock))
+    assert result.method == MULTI_NODE_CONSOLIDATION
+    assert result.timeouts == [MULTI_NODE_CONSOLIDATION]
+    (cmd,) = result.commands
+    # the first batch tried is the midpoint of 2..5 candidates: 3 of them
+    assert len(cmd.candidates) == 3
+
+
+def test_balanced_score_rule() -> None:
+    """balanced.go ScoreMove: savings fraction / disruption fraction, approved at >= 1/k (k = 2)."""
+    from controller.disruption.consolidation import PoolTotals, score
+    totals = PoolTotals(cost=1.0, disruption=10.0)
+    assert score(0.5, 5.0, totals) == 1.0
+    assert score(0.2, 5.0, totals) == pytest.approx(0.4)  # under 1/2: rejected
+    assert score(0.0, 1.0, totals) == 0.0
+    assert score(0.1, 0.0, totals) == float("inf")
+    assert score(0.1, 1.0, PoolTotals()) == 0.0
