@@ -11,7 +11,6 @@ would at that moment.
 
 from __future__ import annotations
 
-import copy
 import math
 import time
 from dataclasses import dataclass, field
@@ -366,10 +365,13 @@ def _assemble(out: DisruptionInput, pools: dict[str, Obj], classes: dict[str, Ob
     snap.drifted = {}
     claims = []
     for raw in snap.nodeclaims:
-        claim = copy.deepcopy(raw)
+        # only the status conditions are written (Consolidatable): copy down to that list, share the rest
+        status = dict(raw["status"]) if isinstance(raw.get("status"), dict) else {}
+        conditions = status.get("conditions")
+        status["conditions"] = [c for c in conditions if isinstance(c, dict)] if isinstance(conditions, list) else []
+        claim = {**raw, "status": status}
         claims.append(claim)
         name = name_of(claim)
-        status = claim.setdefault("status", {})
         node_name = str(status.get("nodeName") or "")
         node = nodes.get(node_name) or by_provider.get(str(status.get("providerID") or ""))
         pool_name = labels_of(claim).get(L.NODEPOOL) or (labels_of(node).get(L.NODEPOOL) if node else None)
