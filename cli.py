@@ -371,7 +371,7 @@ def disruption(files: tuple[str, ...], catalog: str, now_text: str | None, featu
         proposed = _load(apply_files) if apply_files else None
         shown.update(f"computing the disruption pass over {len(docs)} documents")
         try:
-            result = plan(docs, catalog=catalog, now=now, options=options, proposed=proposed)
+            result = plan(docs, catalog=catalog, now=now, options=options, proposed=proposed, progress=shown.update)
         except (DisruptionInputError, PassError) as e:
             _fail(str(e))
     click.echo(render_plan(result, output), nl=False)

@@ -51,9 +51,10 @@ def default_compute() -> ComputePass:
 
 def plan(docs: list[Document], catalog: str = "aws-us-east-1", now: float | None = None,
          options: Options | None = None, proposed: list[Document] | None = None,
-         compute: ComputePass | None = None, max_passes: int = 100) -> DisruptionResult:
+         compute: ComputePass | None = None, max_passes: int = 100,
+         progress: Callable[[str], None] | None = None) -> DisruptionResult:
     """The next pass over these documents at `now`; with `proposed` documents, the pass over the proposal and the
-    drift preview (at most max_passes passes)."""
+    drift preview (at most max_passes passes), telling `progress` how far it is."""
     options = options or Options()
     base = documents.load(docs, catalog=catalog, now=now)
     changed = documents.propose(base, proposed) if proposed is not None else None
@@ -62,7 +63,7 @@ def plan(docs: list[Document], catalog: str = "aws-us-east-1", now: float | None
         first, notes = _first_pass(compute, base, options)
         return DisruptionResult(input=base, pass_=first, notes=notes)
     first, notes = _first_pass(compute, changed, options)
-    drift, passes, more = preview(base, changed, options, compute, max_passes)
+    drift, passes, more = preview(base, changed, options, compute, max_passes, progress)
     return DisruptionResult(input=changed, pass_=first, drift=drift, passes=passes, notes=notes + more)
 
 
@@ -109,7 +110,8 @@ class _World:
 
 
 def preview(base: documents.DisruptionInput, changed: documents.DisruptionInput, options: Options,
-            compute: ComputePass, max_passes: int = 100) -> tuple[list[DriftEntry], int, list[str]]:
+            compute: ComputePass, max_passes: int = 100,
+            progress: Callable[[str], None] | None = None) -> tuple[list[DriftEntry], int, list[str]]:
     """The drift entries of the proposal with the pass in which each goes, how many passes ran, and notes."""
     drifting = would_drift(base, changed)
     s = changed.snapshot
@@ -123,6 +125,9 @@ def preview(base: documents.DisruptionInput, changed: documents.DisruptionInput,
     passes = 0
     while drifting and passes < max_passes and not set(drifting) <= set(world.taken):
         passes += 1
+        if progress is not None:
+            done = len(set(drifting) & set(world.taken))
+            progress(f"drift preview: pass {passes}, {done} of {len(drifting)} drifted NodeClaims gone")
         commands, expired = _one_pass(world, options, compute, passes)
         if not commands and not expired:
             passes -= 1
