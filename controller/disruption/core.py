@@ -14,7 +14,6 @@ from controller.disruption import consolidation as cons
 from controller.disruption import simulation
 from controller.disruption.candidates import CandidateSet, budget_mapping, build_candidates, sentence
 from controller.disruption.types import (
-    DECISION_REPLACE,
     DRIFT,
     EMPTINESS,
     MULTI_NODE_CONSOLIDATION,
@@ -115,6 +114,9 @@ class _Pass:
                     if not cons.is_static(self.pool(c)) and not cons.consolidation_disabled(self.pool(c))
                     and c.is_empty and cons.consolidatable(c)]
         self.out.eligible[EMPTINESS] = len(eligible)
+        for c in self.cands.graceful:
+            if c.is_empty and not cons.is_static(self.pool(c)) and cons.consolidation_disabled(self.pool(c)):
+                self._unconsolidatable(c, f'NodePool "{c.nodepool}" has consolidation disabled')
         left = dict(self.budgets[REASON_EMPTY])
         chosen = []
         for c in sorted(eligible, key=lambda c: (c.disruption_cost, c.name)):
@@ -260,54 +262,40 @@ def compute_pass(snapshot: Snapshot, options: Options) -> Pass:
 
 
 def validate(command: Command, snapshot: Snapshot, options: Options) -> str | None:
-    """Karpenter's validation after the delay: the command's candidates are all still candidates for its method,
-    its NodePools' budgets still allow them, and a consolidation still decides the same. Returns why the command is
-    no longer valid, else None."""
+    """Karpenter's validation after the delay (validation.go), in its messages: the command's candidates are all
+    still candidates for its method, its NodePools' budgets still allow them, and for consolidation a new simulation
+    still gives the same decision (no replacement where none was planned, one whose instance types include the
+    planned ones). Returns why the command is no longer valid, else None."""
     p = _Pass(snapshot, options)
     eventual = command.method in (DRIFT, STATIC_DRIFT)
     current = {c.name: c for c in p.cands.graceful + (p.cands.eventual_only if eventual else [])}
-    fresh: list[Candidate] = []
-    for c in command.candidates:
-        now = current.get(c.name)
-        if now is None:
-            why = next((b.reason for b in p.out.blocked if b.nodeclaim == c.name), "")
-            return f"candidate {c.name} is no longer a disruption candidate" + (f": {why}" if why else "")
-        fresh.append(now)
+    fresh = [current[c.name] for c in command.candidates if c.name in current]
+    if command.method == EMPTINESS:
+        fresh = [c for c in fresh if c.is_empty and cons.consolidatable(c)]
+    elif command.method in (MULTI_NODE_CONSOLIDATION, SINGLE_NODE_CONSOLIDATION):
+        fresh = [c for c in fresh if cons.should_consolidate(c, p.pool(c)) == ""]
+    if len(fresh) != len(command.candidates):
+        return f"{len(command.candidates) - len(fresh)} candidates are no longer valid"
     per_pool: dict[str, int] = {}
     for c in fresh:
         per_pool[c.nodepool] = per_pool.get(c.nodepool, 0) + 1
     for pool, n in per_pool.items():
-        allowed = p.budgets[command.reason].get(pool, 0)
-        if n > allowed:
-            return (f"disruption budgets of NodePool {pool} allow {allowed} disruption(s) for reason "
-                    f"{command.reason}, the command needs {n}")
-    if command.method == EMPTINESS:
-        for c in fresh:
-            if not c.is_empty:
-                return f"candidate {c.name} is no longer empty"
-            if not cons.consolidatable(c):
-                return f"candidate {c.name} is no longer consolidatable"
+        if n > p.budgets[command.reason].get(pool, 0):
+            return "a candidate can no longer be disrupted without violating budgets"
+    if command.method not in (MULTI_NODE_CONSOLIDATION, SINGLE_NODE_CONSOLIDATION):
         return None
-    if command.method in (MULTI_NODE_CONSOLIDATION, SINGLE_NODE_CONSOLIDATION):
-        for c in fresh:
-            rule = cons.should_consolidate(c, p.pool(c))
-            if rule is None and not c.is_empty:
-                return f"candidate {c.name} is no longer consolidatable"
-            if rule:
-                return f"candidate {c.name}: {rule}"
-        decision = cons.compute_consolidation(p.sim, fresh, options, command.method)
-        cmd = decision.command
-        if cmd is None:
-            return f"consolidation no longer possible: {decision.why}" if decision.why else \
-                "consolidation no longer possible"
-        if cmd.decision != command.decision:
-            return f"consolidation decision changed from {command.decision} to {cmd.decision}"
-        if command.decision == DECISION_REPLACE:
-            if len(cmd.replacements) != len(command.replacements):
-                return "consolidation now needs a different number of replacements"
-            if cmd.savings_per_hour <= 0:
-                return "Can't replace with a cheaper node"
-        return None
+    if not fresh:
+        return "no candidates"
+    plan, why = p.sim.simulate(fresh)
+    if plan is None:
+        return why
+    changed = "scheduling simulation produced new results"
+    if len(plan.node_claims) != len(command.replacements):
+        return changed
+    for planned, now in zip(command.replacements, plan.node_claims, strict=True):
+        offered = {it.name for it in now.instance_type_options}
+        if not {it.name for it in planned.planned.instance_type_options} <= offered:
+            return changed
     return None
 
 

@@ -169,7 +169,7 @@ def test_emptiness_deletes_empty_nodes_in_one_command() -> None:
     assert cmd.decision == DECISION_DELETE and {c.name for c in cmd.candidates} == {"e1", "e2"}
     assert validate(cmd, w.snapshot(), Options()) is None
     w.pods.append(pod("arrived", "e1"))
-    assert validate(cmd, w.snapshot(), Options()) == "candidate e1 is no longer empty"
+    assert validate(cmd, w.snapshot(), Options()) == "1 candidates are no longer valid"  # Karpenter's churn
 
 
 @pytest.mark.parametrize(("budget", "expected"), [("1", 1), ("50%", 2), ("0", 0)])
@@ -312,3 +312,28 @@ def test_unparseable_expire_after_is_blocked_not_raised() -> None:
     w.node("bad", "m5.large", expire_after="soon")
     result = compute_pass(w.snapshot(), Options())
     assert any("spec.expireAfter" in r for r in _blocked(result, "bad"))
+
+
+def test_validation_rejects_budget_and_changed_replacement() -> None:
+    """validation_test.go: a budget that now allows none, and a replacement the new simulation would size
+    differently, both invalidate the command (Karpenter's messages)."""
+    w = World(TYPES)
+    w.node("big", "m5.2xlarge")
+    w.pods.append(pod("p", "big", cpu="1"))
+    (cmd,) = compute_pass(w.snapshot(), Options()).commands
+    assert cmd.replacements and validate(cmd, w.snapshot(), Options()) is None
+    w.pods.append(pod("grew", "big", cpu="1500m"))  # the pods no longer fit the planned m5.large
+    assert validate(cmd, w.snapshot(), Options()) == "scheduling simulation produced new results"
+    w.pods.pop()
+    w.nodepools[0]["spec"]["disruption"]["budgets"] = [{"nodes": "0"}]
+    assert validate(cmd, w.snapshot(), Options()) == (
+        "a candidate can no longer be disrupted without violating budgets")
+
+
+def test_emptiness_reports_consolidation_disabled() -> None:
+    w = World(TYPES, nodepools=[nodepool(after=None)])
+    w.node("e", "m5.large")
+    result = compute_pass(w.snapshot(), Options())
+    assert result.commands == []
+    assert [(b.reason, b.unconsolidatable) for b in result.blocked] == [
+        ('NodePool "default" has consolidation disabled', True)]
