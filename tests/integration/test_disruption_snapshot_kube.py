@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import functools
 import json
 import uuid
 from collections.abc import Callable, Iterator
@@ -78,7 +79,7 @@ def _world(kc: Any, kubelet: FakeKubelet, pool: str, ns: str, suffix: str,
         labels = {L.NODEPOOL: pool, L.INSTANCE_TYPE: "m5.xlarge", L.CAPACITY_TYPE: "on-demand", L.ZONE: zone,
                   L.ARCH: "amd64", L.EC2NODECLASS: pool}
         provider = f"aws:///{zone}/i-0{suffix}{i:010d}"
-        undo.append(lambda claim=claim: _release(kc, claim))
+        undo.append(functools.partial(_release, kc, claim))
         kc.create(R.NODECLAIMS, {
             "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
             "metadata": {"name": claim, "labels": labels, "annotations": annotations},
@@ -89,7 +90,7 @@ def _world(kc: Any, kubelet: FakeKubelet, pool: str, ns: str, suffix: str,
             "lastPodEventTime": _at(-3600),
             "conditions": [{"type": t, "status": "True", "reason": t, "message": t, "lastTransitionTime": _at(-7200)}
                            for t in ("Launched", "Registered", "Initialized", "Ready")]}}, subresource="status")
-        undo.append(lambda node=node: kubelet.delete(node))
+        undo.append(functools.partial(kubelet.delete, node))
         kubelet.register(node, provider, labels={**labels, L.INITIALIZED: "true", L.REGISTERED: "true"},
                          capacity=capacity, allocatable=allocatable)
         nodes.append(node)

@@ -130,7 +130,8 @@ def test_a_drifted_condition_stands_and_is_not_found_again():
 
     inp = load(_docs(drifted), now=LATER)
     assert inp.snapshot.drifted == {}
-    assert C.get(_claim(inp, "general-x7k2p")["status"], "Drifted")["reason"] == "AMIDrift"
+    condition = C.get(_claim(inp, "general-x7k2p")["status"], "Drifted")
+    assert condition is not None and condition["reason"] == "AMIDrift"
 
 
 def test_a_node_with_the_disrupted_taint_is_already_being_disrupted():
