@@ -3,6 +3,8 @@ balanced_test.go over hand-built Snapshots (names follow the Karpenter cases the
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from controller.api import labels as L
@@ -332,3 +334,53 @@ def test_balanced_score_rule() -> None:
     assert score(0.0, 1.0, totals) == 0.0
     assert score(0.1, 0.0, totals) == float("inf")
     assert score(0.1, 1.0, PoolTotals()) == 0.0
+
+
+def test_pending_pods_are_simulated_with_the_candidates() -> None:
+    """SimulateScheduling includes the cluster's pending pods: room they need is not room the candidate's pods get."""
+    def world(pending: bool) -> World:
+        w = World(TYPES, nodepools=[OD_ONLY])
+        w.node("a", "m5.xlarge")
+        w.node("b", "m5.xlarge")
+        w.pods += [pod("p1", "a", cpu="1500m"), pod("p2", "b", cpu="1500m", priority=1000)]
+        if pending:
+            w.pods.append(pod("waiting", cpu="2", pending=True))
+        return w
+    assert compute_pass(world(False).snapshot(), Options()).commands[0].decision == DECISION_DELETE
+    with_pending = compute_pass(world(True).snapshot(), Options())
+    assert all(c.decision != DECISION_DELETE for c in with_pending.commands)
+
+
+def test_daemonset_overhead_counts_on_replacements() -> None:
+    """A DaemonSet's pod on every node: a replacement must hold it too, so a type too small for both is not offered."""
+    w = World(TYPES)
+    w.node("big", "m5.2xlarge")
+    w.pods.append(pod("p", "big", cpu="1500m"))
+    w.daemonsets.append({"apiVersion": "apps/v1", "kind": "DaemonSet",
+                         "metadata": {"name": "agent", "namespace": "kube-system"},
+                         "spec": {"selector": {"matchLabels": {"app": "agent"}}, "template": {
+                             "metadata": {"labels": {"app": "agent"}},
+                             "spec": {"containers": [{"name": "a", "image": "x",
+                                                      "resources": {"requests": {"cpu": "1"}}}]}}}})
+    (cmd,) = compute_pass(w.snapshot(), Options()).commands
+    assert [t.name for t in cmd.replacements[0].planned.instance_type_options] == ["m5.xlarge", "m5.2xlarge"]
+
+
+def test_multi_node_considers_at_most_100_candidates(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Karpenter's multi-node limit: 100 candidates per search."""
+    from controller.disruption import consolidation as cons
+    w = World([SMALL], nodepools=[OD_ONLY])
+    for i in range(120):
+        w.node(f"n{i:03}", "m5.large")
+        w.pods.append(pod(f"p{i:03}", f"n{i:03}", cpu="100m"))
+    seen: list[int] = []
+    real = cons.compute_consolidation
+
+    def spy(sim: Any, candidates: list[Any], options: Options, method: str) -> Any:
+        seen.append(len(candidates))
+        return real(sim, candidates, options, method)
+    monkeypatch.setattr(cons, "compute_consolidation", spy)
+    result = compute_pass(w.snapshot(), Options())
+    assert result.method == MULTI_NODE_CONSOLIDATION
+    assert seen and max(seen) <= 100
+    assert len(result.commands[0].candidates) == 100
