@@ -133,6 +133,14 @@ def _table(result: DisruptionResult, width: int | None = None) -> str:
                        shrink=(2, 3))
     else:
         lines += ["", "NEXT PASS: no command (nothing to disrupt now)"]
+    per_pool: dict[str, list[str]] = {}
+    for a in data["allowedDisruptions"]:
+        shown = "any" if a["allowed"] >= 2**31 - 1 else str(a["allowed"])
+        per_pool.setdefault(a["nodePool"], []).append(f"{a['reason']} {shown}")
+    if per_pool:
+        lines += ["", "DISRUPTIONS ALLOWED NOW (budgets)"]
+        for pool, parts in sorted(per_pool.items()):
+            lines += wrap(f"{pool}: {', '.join(parts)}", width, "  ", "      ")
     if data["expired"]:
         lines += ["", f"EXPIRED ({len(data['expired'])}), deleted at once without budgets"]
         lines += wrap(_listed([e["nodeClaim"] for e in data["expired"]]), width, "  ")

@@ -160,6 +160,9 @@ def test_a_budget_in_the_proposals_time_zone_holds_the_rollout():
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
     assert not any(d["pass"] and d["method"] == "Drift" for d in doc["drift"])
+    assert {"nodePool": "general", "reason": "Drifted", "allowed": 0} in doc["allowedDisruptions"]
+    table = _karpy("-f", str(EXAMPLE), "--now", MONDAY_BERLIN_MORNING).output
+    assert "  general: Drifted 0, Empty 3, Underutilized 3" in table.splitlines()
 
 
 @pytest.mark.parametrize(("args", "code", "message"), [
