@@ -337,3 +337,32 @@ def test_flags_reach_the_pass_as_the_controllers_options(monkeypatch):
     given.clear()
     assert _karpy("-f", str(EXAMPLE), "--now", SATURDAY, "-o", "json").exit_code == 0
     assert given and not any(o.spot_to_spot or o.many_to_many for o in given)
+
+
+def test_a_broken_snapshot_is_reported_under_blocked_by_the_real_pass(tmp_path):
+    """A NodeClaim whose Node is missing, one of a NodePool not in the input, a Node without its zone label and an
+    instance type the catalog does not know: each is blocked with the input's reason, and the pass still plans the
+    rest."""
+    snapshot = yaml.safe_load(EXAMPLE.read_text())
+    items = snapshot["items"]
+    items[:] = [i for i in items if not (i["kind"] == "Node" and i["metadata"]["name"] == "ip-10-0-1-10")]
+    for item in items:
+        name = item["metadata"]["name"]
+        if item["kind"] == "NodeClaim" and name == "general-b9mqd":
+            item["metadata"]["labels"]["karpenter.sh/nodepool"] = "retired"
+        if item["kind"] == "Node" and name == "ip-10-0-3-30":
+            del item["metadata"]["labels"]["topology.kubernetes.io/zone"]
+        if item["kind"] == "Node" and name == "ip-10-0-1-40":
+            item["metadata"]["labels"]["node.kubernetes.io/instance-type"] = "m99.huge"
+    path = tmp_path / "broken.yaml"
+    path.write_text(yaml.safe_dump(snapshot))
+    res = _karpy("-f", str(path), "--now", SATURDAY, "-o", "json")
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    reasons = {b["nodeClaim"]: b["reason"] for b in doc["blocked"]}
+    assert reasons["general-x7k2p"] == 'its Node "ip-10-0-1-10" is not in the input'
+    assert reasons["general-b9mqd"] == 'NodePool "retired" is not in the input'
+    assert reasons["general-r4tvn"] == "its Node lacks the label(s) topology.kubernetes.io/zone"
+    assert reasons["general-c8wzl"] == 'instance type "m99.huge" is not in catalog aws-us-east-1 (no price for it)'
+    moved = {c["nodeClaim"] for cmd in doc["commands"] for c in cmd["candidates"]}
+    assert not moved & set(reasons)
