@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from controller.api import labels as L
 from controller.catalog.types import InstanceType
-from controller.disruption.candidates import PER_NODE_BASE_DISRUPTION_COST, StateNode, eviction_cost
+from controller.disruption.candidates import PER_NODE_BASE_DISRUPTION_COST, StateNode, eviction_cost, sentence
 from controller.disruption.simulation import Simulation
 from controller.disruption.types import (
     MULTI_NODE_CONSOLIDATION,
@@ -155,7 +155,7 @@ def compute_consolidation(sim: Simulation, candidates: list[Candidate], options:
     """Karpenter's computeConsolidation over these candidates."""
     plan, why = sim.simulate(candidates)
     if plan is None:
-        return Decision(None, why)
+        return Decision(None, sentence(why))
     if not plan.node_claims:
         return Decision(Command(method=method, reason=REASON_UNDERUTILIZED, candidates=list(candidates)))
     price = sum(c.price for c in candidates)

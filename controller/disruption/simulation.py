@@ -37,6 +37,9 @@ class Simulation:
     pods: dict[str, Pod] = field(default_factory=dict)  # every readable pod by namespace/name
     pod_errors: dict[str, str] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
+    # existing capacity not initialized yet (NodeClaims in flight, Nodes before Initialized), by scheduler name:
+    # a decision that relies on it is not made (Karpenter's UninitializedNodeError)
+    uninitialized: dict[str, str] = field(default_factory=dict)
 
     def pod(self, raw: Obj) -> Pod | None:
         """The scheduler's view of a pod (None when it cannot be read: pod_errors says why)."""
@@ -65,8 +68,11 @@ class Simulation:
             shown = "; ".join(f'could not schedule pod "{k}": {why}' for k, why in failed[:3])
             more = f" and {len(failed) - 3} other(s)" if len(failed) > 3 else ""
             return None, (shown + more)[:500]
-        # only the candidates' pods decide: NodeClaims opened purely for pending pods are the provisioner's business
         moved = set(keys)
+        for name, placed in plan.existing.items():
+            if name in self.uninitialized and any(p.key in moved for p in placed):
+                return None, f"would schedule against uninitialized {self.uninitialized[name]}"
+        # only the candidates' pods decide: NodeClaims opened purely for pending pods are the provisioner's business
         plan.node_claims = [nc for nc in plan.node_claims if any(p.key in moved for p in nc.pods)]
         return plan, ""
 
@@ -144,6 +150,7 @@ def _add_node(sim: Simulation, snapshot: Snapshot, s: StateNode, alloc_by_type: 
             return
         try:
             sim.existing.append(inputs.in_flight_node(s.nodeclaim, _allocatable(s.nodeclaim, alloc_by_type), []))
+            sim.uninitialized[sim.existing[-1].name] = f"nodeclaim/{s.nodeclaim_name}"
         except inputs.InputError as e:
             sim.errors.append(str(e)[:300])
         return
@@ -151,5 +158,7 @@ def _add_node(sim: Simulation, snapshot: Snapshot, s: StateNode, alloc_by_type: 
                          if (raw.get("status") or {}).get("phase") not in ("Succeeded", "Failed")) if p is not None]
     try:
         sim.existing.append(inputs.existing_node(s.node, bound, nodeclaim=s.nodeclaim))
+        if s.nodeclaim is not None and not s.initialized():
+            sim.uninitialized[sim.existing[-1].name] = f"nodeclaim/{s.nodeclaim_name}, node/{s.name}"
     except inputs.InputError as e:
         sim.errors.append(str(e)[:300])

@@ -384,3 +384,14 @@ def test_multi_node_considers_at_most_100_candidates(monkeypatch: pytest.MonkeyP
     assert result.method == MULTI_NODE_CONSOLIDATION
     assert seen and max(seen) <= 100
     assert len(result.commands[0].candidates) == 100
+
+
+def test_wont_consolidate_onto_uninitialized_node() -> None:
+    """Karpenter's UninitializedNodeError: a delete that relies on a node not yet initialized is not made."""
+    w = World(TYPES, nodepools=[OD_ONLY])
+    w.node("a", "m5.xlarge")
+    w.pods.append(pod("p1", "a", cpu="1500m"))
+    w.node("fresh", "m5.xlarge", initialized=False)
+    result = compute_pass(w.snapshot(), Options())
+    assert all(c.decision != DECISION_DELETE for c in result.commands)
+    assert "Would schedule against uninitialized nodeclaim/fresh, node/fresh" in _unconsolidatable(result, "a")
