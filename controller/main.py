@@ -112,7 +112,8 @@ def wire(settings: Settings, client: KubeClient, cloud: CloudProvider, aws: Any,
     provisioner = Provisioner(cluster, client, cloud, recorder,
                               Batcher(settings.batch_idle_duration, settings.batch_max_duration), is_leader,
                               preference_policy=settings.preference_policy,
-                              min_values_policy=settings.min_values_policy)
+                              min_values_policy=settings.min_values_policy,
+                              ignore_dra_requests=settings.ignore_dra_requests)
     lifecycle = LifecycleController(cluster, client, cloud, recorder, on_deleted=provisioner.trigger)
     terminator = Terminator(client, cluster, cloud, recorder)
     nodepools = NodePoolStatusController(cluster, client)
@@ -223,6 +224,7 @@ def wire(settings: Settings, client: KubeClient, cloud: CloudProvider, aws: Any,
             rt.threads.extend(c.start(rt.lead_stop))
         rt.threads.append(_thread("provisioner", provisioner.run, rt.lead_stop))
         _thread("warm-instance-types", provisioner.warm, rt.lead_stop)
+        rt.threads.append(_thread("provisioner-requeue", provisioner.requeue_loop, rt.lead_stop))
         provisioner.trigger()
         if aws is not None:
             from controller.garbagecollection.controller import GarbageCollector

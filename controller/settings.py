@@ -259,6 +259,14 @@ def _percent(text: str) -> float:
     return value
 
 
+def _ignore_dra(text: str) -> bool:
+    """IGNORE_DRA_REQUESTS: true (Karpenter's default) refuses pods that claim devices; false asks Karpenter to
+    simulate device allocation over ResourceSlices, which karpy does not do, so it is refused at start."""
+    if not parse_bool(text):
+        raise ValueError("false is not supported: karpy does not simulate Dynamic Resource Allocation")
+    return True
+
+
 def _choice(choices: tuple[str, ...], fold: bool = False) -> Callable[[str], str]:
     def parse(text: str) -> str:
         s = text.strip()
@@ -362,6 +370,9 @@ SPECS: tuple[Spec, ...] = (
          "How the scheduler treats preferences: Respect or Ignore."),
     Spec("MIN_VALUES_POLICY", "min_values_policy", _choice(MIN_VALUES_POLICIES), "Strict",
          "Min values policy for scheduling: Strict or BestEffort."),
+    Spec("IGNORE_DRA_REQUESTS", "ignore_dra_requests", _ignore_dra, True,
+         "Refuse to provision for pods with Dynamic Resource Allocation requests (only true is supported).",
+         bool_flag=True, show=_show_bool),
     Spec("VM_MEMORY_OVERHEAD_PERCENT", "vm_memory_overhead_percent", _percent, 0.075,
          "The VM memory overhead as a fraction subtracted from every instance type's memory.", show=_show_float),
     Spec("RESERVED_ENIS", "reserved_enis", _non_negative_int, 0,
@@ -408,6 +419,7 @@ class Settings:
     feature_gates: dict[str, bool] = field(default_factory=lambda: dict(FEATURE_GATE_DEFAULTS), hash=False)
     preference_policy: str = "Respect"
     min_values_policy: str = "Strict"
+    ignore_dra_requests: bool = True
     vm_memory_overhead_percent: float = 0.075
     reserved_enis: int = 0
     isolated_vpc: bool = False

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from controller.api import labels as L
@@ -20,6 +19,7 @@ from controller.scheduling.pod import Pod, PodError, pod_from_dict
 from controller.scheduling.requirements import Requirement, Requirements
 from controller.scheduling.types import ExistingNode, SchedNodePool, Taint
 from controller.scheduling.volumes import VolumeError, volume_requirements
+from controller.scheduling.volumes import VolumeTopology as VolumeTopology  # re-exported
 
 UNSCHEDULABLE_TAINT = Taint("node.kubernetes.io/unschedulable", "", "NoSchedule")
 # Taints a node carries while it starts; Karpenter ignores them on its own nodes until they are initialized.
@@ -35,15 +35,6 @@ TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
 class InputError(ValueError):
     """An object the scheduler cannot use; the message names the object (Kind/namespace/name) and the field."""
-
-
-@dataclass
-class VolumeTopology:
-    """What a pod's persistent volumes pin it to: claims by (namespace, name), volumes and StorageClasses by name."""
-
-    pvcs: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
-    pvs: dict[str, dict[str, Any]] = field(default_factory=dict)
-    storage_classes: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def _map(value: Any, where: str) -> dict[str, Any]:
@@ -139,11 +130,13 @@ def node_pool(manifest: dict[str, Any], instance_types: list[InstanceType], used
                          not_ready_reason=not_ready_reason)
 
 
-def scheduling_pod(raw: dict[str, Any], volumes: VolumeTopology | None = None) -> Pod:
+def scheduling_pod(raw: dict[str, Any], volumes: VolumeTopology | None = None,
+                   namespace_labels: Mapping[str, Mapping[str, str]] | None = None) -> Pod:
     """A Pod manifest as the scheduler's Pod; with `volumes`, the zone requirements of its PersistentVolumeClaims are
-    folded into its node affinity (a bound EBS volume pins the pod to the volume's zone)."""
+    folded into its node affinity (a bound EBS volume pins the pod to the volume's zone); `namespace_labels` resolves
+    its affinity terms' namespaceSelectors."""
     try:
-        pod = pod_from_dict(raw)
+        pod = pod_from_dict(raw, namespace_labels)
     except (PodError, QuantityError, ValueError, TypeError, AttributeError, KeyError) as e:
         raise InputError(f"{_ref('Pod', raw, namespaced=True)}: {e}") from None
     if volumes is None:
@@ -159,6 +152,47 @@ def scheduling_pod(raw: dict[str, Any], volumes: VolumeTopology | None = None) -
         pod.class_key = None
         pod.__post_init__()
     return pod
+
+
+DRA_UNSUPPORTED = "pod has Dynamic Resource Allocation requirements that are not yet supported by Karpenter"
+
+
+def has_dra_requirements(raw: Mapping[str, Any]) -> bool:
+    """Karpenter's HasDRARequirements: the pod, or one of its containers or init containers, claims resources."""
+    spec = raw.get("spec")
+    if not isinstance(spec, dict):
+        return False
+    if spec.get("resourceClaims"):
+        return True
+    for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+        if isinstance(c, dict) and ((c.get("resources") or {}).get("claims")):
+            return True
+    return False
+
+
+KARPENTER_EXCLUDED = (f"configured to not run on a Karpenter provisioned node "
+                      f"(requirement {L.NODEPOOL} DoesNotExist)")
+
+
+def excludes_karpenter(raw: Mapping[str, Any]) -> bool:
+    """Whether the pod asks not to run on a Karpenter node (karpenter.sh/nodepool DoesNotExist in its first required
+    node selector term or its heaviest preference, the requirements Karpenter reads first): Karpenter ignores such
+    pods without an event."""
+    spec = raw.get("spec")
+    if not isinstance(spec, dict):
+        return False
+    node_aff = (spec.get("affinity") or {}).get("nodeAffinity") if isinstance(spec.get("affinity"), dict) else None
+    if not isinstance(node_aff, dict):
+        return False
+    terms = (node_aff.get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms") or []
+    exprs = list((terms[0] or {}).get("matchExpressions") or []) if terms and isinstance(terms[0], dict) else []
+    preferred = [p for p in node_aff.get("preferredDuringSchedulingIgnoredDuringExecution") or []
+                 if isinstance(p, dict)]
+    if preferred:
+        heaviest = max(preferred, key=lambda p: int(p["weight"]) if isinstance(p.get("weight"), int) else 0)
+        exprs += (heaviest.get("preference") or {}).get("matchExpressions") or []
+    return any(isinstance(e, dict) and e.get("key") == L.NODEPOOL and e.get("operator") == "DoesNotExist"
+               for e in exprs)
 
 
 def template_pod(owner: dict[str, Any], template: Any, name: str, path: str = "spec.template") -> dict[str, Any]:
@@ -178,18 +212,37 @@ def template_pod(owner: dict[str, Any], template: Any, name: str, path: str = "s
     return {"apiVersion": "v1", "kind": "Pod", "metadata": pod_meta, "spec": copy.deepcopy(template["spec"])}
 
 
-def daemonset_pod(daemonset: dict[str, Any]) -> Pod:
-    """The pod a DaemonSet would run on each node, from its own pod template (for per-node overhead)."""
+def daemonset_pod(daemonset: dict[str, Any], live: dict[str, Any] | None = None) -> Pod:
+    """The pod a DaemonSet runs on each node (for per-node overhead): its newest live pod when there is one, as
+    Karpenter takes it (LimitRanges and admission webhooks change requests), with the template's required node
+    affinity in place of the one the DaemonSet controller pinned to that pod's node; else its pod template."""
     ref = _ref("DaemonSet", daemonset, namespaced=True)
     spec = daemonset.get("spec")
     if not isinstance(spec, dict):
         raise InputError(f"{ref}: spec: required")
     name = (daemonset.get("metadata") or {}).get("name")
-    manifest = template_pod(daemonset, spec.get("template"), f"{name}-ds")
+    template = spec.get("template")
+    if live is not None and isinstance(live.get("spec"), dict):
+        manifest = copy.deepcopy(live)
+        manifest["spec"].pop("nodeName", None)
+        required = ((((template or {}).get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {}).get(
+            "requiredDuringSchedulingIgnoredDuringExecution") if isinstance(template, dict) else None
+        node_affinity = ((manifest["spec"].get("affinity") or {}).get("nodeAffinity") or {})
+        node_affinity.pop("requiredDuringSchedulingIgnoredDuringExecution", None)
+        if required is not None:
+            node_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = copy.deepcopy(required)
+        if node_affinity:
+            manifest["spec"].setdefault("affinity", {})["nodeAffinity"] = node_affinity
+        elif manifest["spec"].get("affinity"):
+            manifest["spec"]["affinity"].pop("nodeAffinity", None)
+        where = f"{ref}: pod {_ref('Pod', live, namespaced=True)}"
+    else:
+        manifest = template_pod(daemonset, template, f"{name}-ds")
+        where = f"{ref}: spec.template"
     try:
         return pod_from_dict(manifest)
     except (PodError, QuantityError, ValueError, TypeError, AttributeError, KeyError) as e:
-        raise InputError(f"{ref}: spec.template: {e}") from None
+        raise InputError(f"{where}: {e}") from None
 
 
 def _ephemeral(taint: Taint, startup: list[Taint]) -> bool:

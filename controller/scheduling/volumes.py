@@ -8,9 +8,20 @@ where the pod lands). Missing claims make the pod unschedulable, as the schedule
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from controller.scheduling.requirements import Requirement, Requirements
+
+
+@dataclass
+class VolumeTopology:
+    """What a pod's persistent volumes pin it to: claims by (namespace, name), volumes and StorageClasses by name
+    (plain dicts for documents, views of the informers' caches in the controller)."""
+
+    pvcs: Mapping[tuple[str, str], Mapping[str, Any]] = field(default_factory=dict)
+    pvs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    storage_classes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
 
 class VolumeError(ValueError):
