@@ -84,7 +84,8 @@ def build_cloud(settings: Settings, client: KubeClient) -> tuple[CloudProvider, 
                            pricing=not settings.isolated_vpc, eks=not settings.cluster_endpoint)
     region = str(clients.ec2.meta.region_name)
     fallback = load_prices()  # the bundled prices stand in until (or where) the Pricing API answers
-    types = InstanceTypeProvider(clients.ec2, PricingProvider(clients.pricing, clients.ec2, region, fallback), region,
+    pricing = PricingProvider(clients.pricing, clients.ec2, region, fallback, background=True)
+    types = InstanceTypeProvider(clients.ec2, pricing, region,
                                  vm_memory_overhead_percent=settings.vm_memory_overhead_percent,
                                  reserved_enis=settings.reserved_enis)
     provider = AWSCloudProvider(cluster=_cluster_info(settings, client, clients), region=region,
