@@ -73,6 +73,8 @@ def build_cloud(settings: Settings, client: KubeClient) -> tuple[CloudProvider, 
         from controller.cloud.fake.provider import FakeCloudProvider
 
         return MeteredCloudProvider(FakeCloudProvider(), "fake"), None
+    from botocore.exceptions import BotoCoreError, ClientError
+
     from controller.catalog.snapshot import load_prices
     from controller.cloud.aws.clients import make_clients
     from controller.cloud.aws.instancetypes import InstanceTypeProvider
@@ -88,6 +90,13 @@ def build_cloud(settings: Settings, client: KubeClient) -> tuple[CloudProvider, 
     types = InstanceTypeProvider(clients.ec2, pricing, region,
                                  vm_memory_overhead_percent=settings.vm_memory_overhead_percent,
                                  reserved_enis=settings.reserved_enis)
+    # as Karpenter's operator does before it serves: instance types and their zones are read once at start, so the
+    # first pending pods find them; the prices refresh in the background meanwhile (the bundled ones answer)
+    pricing.current_version()
+    try:
+        types.refresh()
+    except (BotoCoreError, ClientError) as e:  # the first listing asks again and says why
+        log.warning("describing instance types failed", extra={"error": str(e)[:300]})
     provider = AWSCloudProvider(cluster=_cluster_info(settings, client, clients), region=region,
                                 k8s_version=client.server_version(), ec2=clients.ec2, ssm=clients.ssm,
                                 iam=clients.iam, instance_types=types)
