@@ -93,6 +93,37 @@ def _taints(items: Any, where: str) -> list[Taint]:
         raise InputError(f"{where}.{e}") from None
 
 
+def _condition(obj: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:
+    status = obj.get("status")
+    for c in (status.get("conditions") or [] if isinstance(status, Mapping) else []):
+        if isinstance(c, Mapping) and c.get("type") == type_:
+            return c
+    return None
+
+
+def nodeclass_not_ready(nodeclass: dict[str, Any] | None, ref_name: str) -> str:
+    """Why an EC2NodeClass cannot be launched from ("" when Ready)."""
+    if nodeclass is None:
+        return f'EC2NodeClass "{ref_name}" not found'
+    if (nodeclass.get("metadata") or {}).get("deletionTimestamp"):
+        return f'EC2NodeClass "{ref_name}" is being deleted'
+    cond = _condition(nodeclass, "Ready")
+    if cond is None or cond.get("status") != "True":
+        why = (cond or {}).get("message") or "status not resolved yet"
+        return f'EC2NodeClass "{ref_name}" is not ready: {str(why)[:200]}'
+    return ""
+
+
+def nodepool_not_ready(nodepool: dict[str, Any]) -> str:
+    """Why a NodePool is not Ready by its own status ("" when Ready, or before its status has a Ready condition, when
+    its node class decides): Karpenter schedules only onto Ready NodePools."""
+    cond = _condition(nodepool, "Ready")
+    if cond is None or cond.get("status") == "True":
+        return ""
+    why = cond.get("message") or cond.get("reason") or "not ready"
+    return f'NodePool "{(nodepool.get("metadata") or {}).get("name")}" is not ready: {str(why)[:200]}'
+
+
 def node_pool(manifest: dict[str, Any], instance_types: list[InstanceType], used: dict[str, int],
               not_ready_reason: str = "") -> SchedNodePool:
     """A NodePool as the scheduler sees it: template requirements and labels (the pool's own name pinned), taints,
@@ -152,6 +183,12 @@ def scheduling_pod(raw: dict[str, Any], volumes: VolumeTopology | None = None,
         pod.class_key = None
         pod.__post_init__()
     return pod
+
+
+def pod_key(raw: Mapping[str, Any]) -> str:
+    """namespace/name of a Pod manifest (namespace "default" when it has none)."""
+    meta = raw.get("metadata") if isinstance(raw.get("metadata"), Mapping) else {}
+    return f"{(meta or {}).get('namespace') or 'default'}/{(meta or {}).get('name')}"
 
 
 DRA_UNSUPPORTED = "pod has Dynamic Resource Allocation requirements that are not yet supported by Karpenter"

@@ -28,6 +28,8 @@ from controller.kube.events import Recorder
 from controller.kube.informer import key_of
 from controller.provisioning import inputs
 from controller.provisioning.batcher import Batcher
+from controller.provisioning.inputs import nodeclass_not_ready as nodeclass_not_ready  # re-exported
+from controller.provisioning.inputs import nodepool_not_ready as nodepool_not_ready  # re-exported
 from controller.provisioning.nodeclaimtemplate import nodeclaim_manifest
 from controller.provisioning.pdb import PdbLimits
 from controller.scheduling.pod import Pod
@@ -41,7 +43,6 @@ from controller.state.cluster import (
     Cluster,
     condition,
     is_terminal,
-    is_true,
     provider_id,
 )
 from controller.termination.drain import has_disrupted_taint
@@ -68,20 +69,6 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
-def nodeclass_not_ready(nodeclass: dict[str, Any] | None, ref_name: str) -> str:
-    """Why an EC2NodeClass cannot be launched from ("" when Ready)."""
-    if nodeclass is None:
-        return f'EC2NodeClass "{ref_name}" not found'
-    if (nodeclass.get("metadata") or {}).get("deletionTimestamp"):
-        return f'EC2NodeClass "{ref_name}" is being deleted'
-    if not is_true(nodeclass, "Ready"):
-        cond = next((c for c in (nodeclass.get("status") or {}).get("conditions") or []
-                     if c.get("type") == "Ready"), None)
-        why = (cond or {}).get("message") or "status not resolved yet"
-        return f'EC2NodeClass "{ref_name}" is not ready: {str(why)[:200]}'
-    return ""
-
-
 def _obj_ref(obj: dict[str, Any]) -> dict[str, str]:
     """An object's namespace and name, as Karpenter's logs name it."""
     meta = obj.get("metadata") or {}
@@ -92,16 +79,6 @@ def _template_of(daemonset: dict[str, Any]) -> dict[str, Any]:
     """A DaemonSet's pod template (empty when it has none)."""
     template = (daemonset.get("spec") or {}).get("template")
     return template if isinstance(template, dict) else {}
-
-
-def nodepool_not_ready(nodepool: dict[str, Any]) -> str:
-    """Why a NodePool is not Ready by its own status ("" when Ready, or before its status has a Ready condition, when
-    its node class decides): Karpenter schedules only onto Ready NodePools."""
-    cond = condition(nodepool, "Ready")
-    if cond is None or cond.get("status") == "True":
-        return ""
-    why = cond.get("message") or cond.get("reason") or "not ready"
-    return f'NodePool "{(nodepool.get("metadata") or {}).get("name")}" is not ready: {str(why)[:200]}'
 
 
 def min_values_relaxed(nodepool: dict[str, Any], options: list[InstanceType]) -> bool:

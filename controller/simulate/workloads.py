@@ -39,6 +39,7 @@ class SimulationInputs:
     daemonsets: list[Document] = field(default_factory=list)
     nodes: list[Document] = field(default_factory=list)
     volumes: VolumeTopology = field(default_factory=VolumeTopology)
+    namespaces: dict[str, dict[str, str]] = field(default_factory=dict)  # Namespace documents' labels, by name
     notes: list[str] = field(default_factory=list)
 
 
@@ -187,6 +188,9 @@ def classify(documents: list[Document]) -> SimulationInputs:
             storage_classes[doc.name] = doc.raw
         elif kind == "NodeClaim":
             out.notes.append(f"{doc.ref}: NodeClaims are not simulated; their Nodes are")
+        elif kind == "Namespace":
+            labels = (doc.raw.get("metadata") or {}).get("labels") or {}
+            out.namespaces[doc.name] = {str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {}
         elif kind in IGNORED_KINDS:
             continue
         else:
