@@ -148,6 +148,15 @@ def wire(settings: Settings, client: KubeClient, cloud: CloudProvider, aws: Any,
         c_nodeclass = Controller("nodeclass.status", FakeNodeClassController(cluster, client).reconcile, workers=1,
                                  recorder=recorder, lookup=cluster.nodeclass)
     rt.controllers.append(c_nodeclass)
+    c_static: Controller | None = None
+    static: Any = None
+    if settings.feature_gate("StaticCapacity"):
+        from controller.provisioning.static import StaticProvisioner
+
+        static = StaticProvisioner(cluster, client)
+        c_static = Controller("static.provisioning", static.reconcile, workers=1, recorder=recorder,
+                              lookup=cluster.nodepool)
+        rt.controllers.append(c_static)
 
     def on_nodeclaim(event: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
         obj = new if new is not None else old
@@ -169,6 +178,10 @@ def wire(settings: Settings, client: KubeClient, cloud: CloudProvider, aws: Any,
         pool = (obj["metadata"].get("labels") or {}).get(L.NODEPOOL)
         if pool:
             c_nodepool.queue.add(pool)
+        gone = event == "DELETED" or (obj["metadata"].get("deletionTimestamp")
+                                      and (old is None or not old["metadata"].get("deletionTimestamp")))
+        if c_static is not None and gone and static.pool_of(obj):
+            c_static.queue.add(static.pool_of(obj))  # a static pool lost a NodeClaim: make up the count
 
     def on_node(event: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
         obj = new if new is not None else old
@@ -192,6 +205,8 @@ def wire(settings: Settings, client: KubeClient, cloud: CloudProvider, aws: Any,
         obj = new if new is not None else old
         if obj is not None:
             c_nodepool.queue.add(obj["metadata"]["name"])  # a deleted pool's gauges are cleared there
+            if c_static is not None and event != "DELETED":
+                c_static.queue.add(obj["metadata"]["name"])
             if event != "DELETED":
                 provisioner.trigger()
 

@@ -250,3 +250,47 @@ def test_ignore_dra_requests_defaults_true_and_false_is_refused_at_start():
     with pytest.raises(SettingsError) as e:
         load({**env, "IGNORE_DRA_REQUESTS": "false"}, {}, read_configmaps=False)
     assert "IGNORE_DRA_REQUESTS" in str(e.value) and "Dynamic Resource Allocation" in str(e.value)
+
+
+# ---- static NodePools ------------------------------------------------------------------------------------------
+
+def _static_world(replicas: int, limit: int | None = None, ready: bool = True):
+    from controller.provisioning.static import StaticProvisioner
+
+    w = _world()
+    spec: dict = {"replicas": replicas}
+    if limit is not None:
+        spec["limits"] = {"nodes": str(limit)}
+    w.kube.patch(R.NODEPOOLS, "general", {"spec": spec})
+    w.kube.patch(R.NODEPOOLS, "general", {"status": {"conditions": [
+        {"type": "Ready", "status": "True" if ready else "False", "reason": "Ready"}]}}, subresource="status")
+    return w, StaticProvisioner(w.kube.cluster, w.kube)
+
+
+def test_a_static_nodepool_gets_its_replicas_from_its_template_alone():
+    w, static = _static_world(3)
+    assert static.reconcile("general").requeue_after == 60.0
+    claims = _claims(w.kube)
+    assert len(claims) == 3
+    for claim in claims:
+        keys = {r["key"] for r in claim["spec"]["requirements"]}
+        assert L.INSTANCE_TYPE not in keys and L.CAPACITY_TYPE in keys  # the cloud provider picks the type
+        assert claim["metadata"]["labels"][L.NODEPOOL] == "general"
+    static.reconcile("general")
+    assert len(_claims(w.kube)) == 3  # satisfied: nothing more
+    # a NodeClaim going away is made up for (the deleting one still counts against the node limit)
+    w.kube.delete(R.NODECLAIMS, claims[0]["metadata"]["name"])
+    static.reconcile("general")
+    assert len(_claims(w.kube)) == 3
+    # pending pods never size a static pool: the dynamic provisioner leaves it alone
+    _pending(w.kube, "p", cpu="64")
+    assert w.prov.schedule().created == []
+
+
+def test_a_static_nodepool_stays_within_its_node_limit_and_waits_until_ready():
+    w, static = _static_world(5, limit=2)
+    assert static.reconcile("general").requeue_after == 60.0
+    assert len(_claims(w.kube)) == 2
+    assert static.reconcile("general").requeue_after == 30.0  # limit reached
+    w2, static2 = _static_world(2, ready=False)
+    assert static2.reconcile("general").requeue_after is None and _claims(w2.kube) == []
