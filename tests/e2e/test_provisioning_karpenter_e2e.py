@@ -1,0 +1,74 @@
+"""`karpy controller` held to Karpenter's provisioning behaviours on the real control plane and LocalStack: a pod
+whose claim is bound to a zonal volume gets its node in the volume's zone (the PV controller binds the claim, the real
+scheduler binds the pod), and a static NodePool gets its replicas. (namespaceSelector is tested offline: the 1.20
+apiserver here predates it and drops the field.)"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.e2e.conftest import World, nodepool_name
+from tests.e2e.harness import wait_for
+
+pytestmark = [pytest.mark.e2e, pytest.mark.kube, pytest.mark.localstack]
+
+ZONE = "topology.kubernetes.io/zone"
+
+
+def _pod(name: str, pool: str, **spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": spec.pop("labels", {})},
+            "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.9",
+                                     "resources": {"requests": {"cpu": "250m", "memory": "128Mi"}}}],
+                     "nodeSelector": {"karpenter.sh/nodepool": pool}, "terminationGracePeriodSeconds": 0, **spec}}
+
+
+def _zone_requirement(claim: dict[str, Any]) -> list[str] | None:
+    return next((r.get("values") for r in claim["spec"]["requirements"] if r["key"] == ZONE), None)
+
+
+def test_a_pod_bound_to_a_zonal_volume_gets_a_node_in_that_zone(world: World, kubelet, start_controller):
+    pool = nodepool_name("volume")
+    world.nodepool(pool)
+    ns = world.namespace()
+    pv = f"{ns}-data"
+    world.core.create_persistent_volume({
+        "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": pv},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": "manual",
+                 "hostPath": {"path": "/tmp/karpy-e2e"},
+                 "claimRef": {"namespace": ns, "name": "data"},
+                 "nodeAffinity": {"required": {"nodeSelectorTerms": [
+                     {"matchExpressions": [{"key": ZONE, "operator": "In", "values": ["us-east-1b"]}]}]}}}})
+    world.core.create_namespaced_persistent_volume_claim(ns, {
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "data"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "manual", "volumeName": pv,
+                 "resources": {"requests": {"storage": "1Gi"}}}})
+    wait_for("the claim bound to the volume", lambda: world.core.read_namespaced_persistent_volume_claim(
+        "data", ns).status.phase == "Bound", timeout=60)
+    start_controller()
+    world.core.create_namespaced_pod(ns, _pod("db", pool, volumes=[
+        {"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]))
+    claim = wait_for("a NodeClaim", lambda: next(iter(world.nodeclaims(pool)), None), timeout=90)
+    assert _zone_requirement(claim) == ["us-east-1b"]
+    node_name = wait_for("the pod bound", lambda: world.core.read_namespaced_pod("db", ns).spec.node_name,
+                         timeout=120)
+    assert world.core.read_node(node_name).metadata.labels[ZONE] == "us-east-1b"
+    world.core.delete_persistent_volume(pv)
+
+
+def test_a_static_nodepool_gets_its_replicas(world: World, kubelet, start_controller):
+    pool = nodepool_name("static")
+    body = world.nodepool(pool)
+    world.custom.patch_cluster_custom_object("karpenter.sh", "v1", "nodepools", body["metadata"]["name"],
+                                             {"spec": {"replicas": 2}})
+    start_controller(FEATURE_GATES="StaticCapacity=true")
+    wait_for("two NodeClaims", lambda: len(world.nodeclaims(pool)) == 2, timeout=90)
+    wait_for("both launched", lambda: all((c.get("status") or {}).get("providerID")
+                                          for c in world.nodeclaims(pool)), timeout=90)
+    claim = world.nodeclaims(pool)[0]
+    assert not any(r["key"] == "node.kubernetes.io/instance-type" for r in claim["spec"]["requirements"])
+    # the NodePool scaled down to nothing is the disruption side's; here: one more replica, one more NodeClaim
+    world.custom.patch_cluster_custom_object("karpenter.sh", "v1", "nodepools", pool, {"spec": {"replicas": 3}})
+    wait_for("three NodeClaims", lambda: len(world.nodeclaims(pool)) == 3, timeout=90)
+    world.custom.patch_cluster_custom_object("karpenter.sh", "v1", "nodepools", pool, {"spec": {"replicas": 0}})
