@@ -18,7 +18,7 @@ from controller.catalog.types import InstanceType
 from controller.scheduling.pod import Pod, PodError, pod_from_dict
 from controller.scheduling.requirements import Requirement, Requirements
 from controller.scheduling.types import ExistingNode, SchedNodePool, Taint
-from controller.scheduling.volumes import VolumeError, volume_requirements
+from controller.scheduling.volumes import VolumeError, volume_alternatives
 from controller.scheduling.volumes import VolumeTopology as VolumeTopology  # re-exported
 
 UNSCHEDULABLE_TAINT = Taint("node.kubernetes.io/unschedulable", "", "NoSchedule")
@@ -173,13 +173,14 @@ def scheduling_pod(raw: dict[str, Any], volumes: VolumeTopology | None = None,
     if volumes is None:
         return pod
     try:
-        reqs = volume_requirements(raw, volumes.pvcs, volumes.pvs, volumes.storage_classes)
+        alternatives = volume_alternatives(raw, volumes.pvcs, volumes.pvs, volumes.storage_classes)
     except VolumeError as e:
         raise InputError(f"Pod/{pod.namespace}/{pod.name}: {e}") from None
     except (ValueError, TypeError, AttributeError, KeyError) as e:
         raise InputError(f"Pod/{pod.namespace}/{pod.name}: volumes: {e}") from None
-    if reqs is not None:
-        pod.node_terms = tuple(t.intersect(reqs) for t in pod.node_terms) or (reqs,)
+    if alternatives is not None:
+        # each of the pod's node selector terms with each alternative the volumes allow (terms are ORed)
+        pod.node_terms = tuple(t.intersect(a) for t in pod.node_terms for a in alternatives) or tuple(alternatives)
         pod.class_key = None
         pod.__post_init__()
     return pod
