@@ -42,11 +42,11 @@ def claim_name(pod: Mapping[str, Any], volume: Mapping[str, Any]) -> str:
     return ""
 
 
-def _pv_alternatives(pv: Mapping[str, Any]) -> list[Requirements]:
+def _pv_alternatives(obj: Mapping[str, Any]) -> list[Requirements]:
     """A PersistentVolume's node affinity terms, each an alternative (they are ORed). Local and hostPath volumes'
     hostname requirements are dropped (a rescheduled pod cannot keep its node); a term left empty by that is an
     unconstrained alternative."""
-    spec = pv.get("spec") or {}
+    spec = obj.get("spec") or {}
     terms = ((spec.get("nodeAffinity") or {}).get("required") or {}).get("nodeSelectorTerms") or []
     node_bound = spec.get("local") is not None or spec.get("hostPath") is not None
     out = []
@@ -63,10 +63,10 @@ def _pv_alternatives(pv: Mapping[str, Any]) -> list[Requirements]:
     return out
 
 
-def _storage_class_alternatives(sc: Mapping[str, Any]) -> list[Requirements]:
+def _storage_class_alternatives(obj: Mapping[str, Any]) -> list[Requirements]:
     """A StorageClass's allowedTopologies, each an alternative."""
     out = []
-    for topo in sc.get("allowedTopologies") or []:
+    for topo in obj.get("allowedTopologies") or []:
         exprs = topo.get("matchLabelExpressions") or []
         if exprs:
             out.append(Requirements([Requirement(str(e["key"]), False, frozenset(str(v) for v in e.get("values") or []))
@@ -106,19 +106,17 @@ def volume_alternatives(pod: Mapping[str, Any], pvcs: Mapping[tuple[str, str], M
                               "deleted")
         pvc_spec = pvc.get("spec") or {}
         if pvc_spec.get("volumeName"):
-            pv = pvs.get(str(pvc_spec["volumeName"]))
-            if pv is None:
-                raise VolumeError(f"volume {vol.get('name')!r}: PersistentVolume {pvc_spec['volumeName']} of "
-                                  f"PersistentVolumeClaim {namespace}/{claim} not found")
-            found = _pv_alternatives(pv)
+            kind, name, objects, read = "PersistentVolume", pvc_spec["volumeName"], pvs, _pv_alternatives
         elif pvc_spec.get("storageClassName"):
-            sc = storage_classes.get(str(pvc_spec["storageClassName"]))
-            if sc is None:
-                raise VolumeError(f"volume {vol.get('name')!r}: StorageClass {pvc_spec['storageClassName']} of "
-                                  f"PersistentVolumeClaim {namespace}/{claim} not found")
-            found = _storage_class_alternatives(sc)
+            kind, name, objects, read = ("StorageClass", pvc_spec["storageClassName"], storage_classes,
+                                         _storage_class_alternatives)
         else:
             continue
+        obj = objects.get(str(name))
+        if obj is None:
+            raise VolumeError(f"volume {vol.get('name')!r}: {kind} {name} of PersistentVolumeClaim "
+                              f"{namespace}/{claim} not found")
+        found = read(obj)
         if found:
             alternatives = _merge(alternatives, found)
     if alternatives == [None]:
