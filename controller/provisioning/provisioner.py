@@ -186,6 +186,7 @@ class Provisioner:
 
     def run(self, stop: threading.Event) -> None:
         """Wait for batches and schedule them, until stop; only the leader schedules."""
+        failures = 0
         while not stop.is_set():
             if not self.batcher.wait(stop):
                 return
@@ -199,13 +200,17 @@ class Provisioner:
             try:
                 with M.controller_context("provisioner"):
                     results = self.schedule()
+                failed = bool(results.errors)
             except Exception:
                 log.exception("provisioning failed", extra={"controller": "provisioner"})
-                stop.wait(1.0)
-                self.trigger()
+                failed = True
+            if not failed:
+                failures = 0
                 continue
-            if results.errors:
-                self.trigger()  # a failed create is retried with the next window, as Karpenter requeues an error
+            # an error is retried with backoff (1 s doubling to the requeue period), as Karpenter requeues one
+            stop.wait(min(REQUEUE_PERIOD, 2.0 ** failures))
+            failures += 1
+            self.trigger()
 
     def requeue(self) -> bool:
         """Open a batch window when some pod is still provisionable, or a node going away still holds pods (Karpenter

@@ -70,6 +70,40 @@ def test_a_pod_still_provisionable_is_requeued_without_another_event():
     assert w.prov.batcher.pending()
 
 
+def test_a_failed_create_is_retried_without_another_event():
+    import threading
+    import time
+
+    from controller.kube.errors import KubeError
+    from controller.provisioning.batcher import Batcher
+
+    w = _world()
+    real_create = w.kube.create
+    refusals: list[str] = []
+
+    def create(res, body, namespace=None, record=True):
+        if res.plural == "nodeclaims" and not refusals:
+            refusals.append("once")
+            raise KubeError(503, "ServiceUnavailable", "the apiserver is busy")
+        return real_create(res, body, namespace, record)
+
+    w.kube.create = create
+    w.prov.batcher = Batcher(idle=0.01, maximum=0.05)
+    _pending(w.kube, "p1")
+    stop = threading.Event()
+    t = threading.Thread(target=w.prov.run, args=(stop,), daemon=True)
+    w.prov.trigger()  # the pod's arrival; nothing else happens after the refusal
+    t.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not _claims(w.kube) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        t.join(10)
+    assert refusals == ["once"] and len(_claims(w.kube)) == 1
+
+
 def test_a_node_going_away_is_requeued_while_it_drains():
     w = _world()
     _node_with_pods(w.kube, "old", 1, disrupted=True)
