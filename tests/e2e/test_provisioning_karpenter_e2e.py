@@ -72,3 +72,41 @@ def test_a_static_nodepool_gets_its_replicas(world: World, kubelet, start_contro
     world.custom.patch_cluster_custom_object("karpenter.sh", "v1", "nodepools", pool, {"spec": {"replicas": 3}})
     wait_for("three NodeClaims", lambda: len(world.nodeclaims(pool)) == 3, timeout=90)
     world.custom.patch_cluster_custom_object("karpenter.sh", "v1", "nodepools", pool, {"spec": {"replicas": 0}})
+
+
+def test_daemonset_overhead_comes_from_its_live_pod(world: World, kubelet, start_controller):
+    """A LimitRange gives the DaemonSet's pods 1500m that its template does not ask for: once a DaemonSet pod runs,
+    karpy sizes new nodes for the live pod's requests (Karpenter's GetDaemonSetPod), so a 1-cpu pod that would fit a
+    2-vCPU type beside the template's nothing gets a type with room for both."""
+    pool = nodepool_name("dsover")
+    world.nodepool(pool)
+    ns = world.namespace()
+    world.core.create_namespaced_limit_range(ns, {
+        "apiVersion": "v1", "kind": "LimitRange", "metadata": {"name": "defaults"},
+        "spec": {"limits": [{"type": "Container", "defaultRequest": {"cpu": "1500m", "memory": "64Mi"},
+                             "default": {"cpu": "2", "memory": "128Mi"}}]}})
+    world.apps.create_namespaced_daemon_set(ns, {
+        "apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "agent"},
+        "spec": {"selector": {"matchLabels": {"app": "agent"}}, "template": {
+            "metadata": {"labels": {"app": "agent"}},
+            "spec": {"nodeSelector": {"karpenter.sh/nodepool": pool}, "terminationGracePeriodSeconds": 0,
+                     "tolerations": [{"operator": "Exists"}],
+                     "containers": [{"name": "a", "image": "registry.k8s.io/pause:3.9"}]}}}})
+    start_controller()
+    world.core.create_namespaced_pod(ns, _pod("first", pool))
+    wait_for("the first pod bound", lambda: world.core.read_namespaced_pod("first", ns).spec.node_name, timeout=120)
+
+    def live_agent() -> Any:
+        pods = world.core.list_namespaced_pod(ns, label_selector="app=agent").items
+        return next((p for p in pods if p.spec.node_name), None)
+
+    agent = wait_for("a DaemonSet pod bound", live_agent, timeout=120)
+    assert agent.spec.containers[0].resources.requests["cpu"] == "1500m"
+    before = {c["metadata"]["name"] for c in world.nodeclaims(pool)}
+    second = _pod("second", pool)
+    second["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "1"
+    world.core.create_namespaced_pod(ns, second)
+    claim = wait_for("a second NodeClaim", lambda: next(
+        (c for c in world.nodeclaims(pool) if c["metadata"]["name"] not in before), None), timeout=90)
+    types = next(r["values"] for r in claim["spec"]["requirements"] if r["key"] == "node.kubernetes.io/instance-type")
+    assert types and not [t for t in types if t.endswith(".large")], types[:10]  # no 2-vCPU type holds 1 + 1.5
