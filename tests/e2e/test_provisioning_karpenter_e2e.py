@@ -110,3 +110,31 @@ def test_daemonset_overhead_comes_from_its_live_pod(world: World, kubelet, start
         (c for c in world.nodeclaims(pool) if c["metadata"]["name"] not in before), None), timeout=90)
     types = next(r["values"] for r in claim["spec"]["requirements"] if r["key"] == "node.kubernetes.io/instance-type")
     assert types and not [t for t in types if t.endswith(".large")], types[:10]  # no 2-vCPU type holds 1 + 1.5
+
+
+def test_pods_that_will_not_move_off_a_deleting_node_are_not_provisioned_for(world: World, kubelet,
+                                                                             start_controller):
+    """A NodeClaim is deleted while it holds a Deployment's pod and a do-not-disrupt pod: the replacement capacity is
+    sized for the pod that will move (Karpenter's IsCurrentlyReschedulable), not for the one that stays."""
+    pool = nodepool_name("resched")
+    world.nodepool(pool)
+    ns = world.namespace()
+    start_controller()
+    world.deployment(ns, "free", 1, pool, cpu="250m", memory="128Mi")
+    pinned = _pod("pinned", pool)
+    pinned["metadata"]["annotations"] = {"karpenter.sh/do-not-disrupt": "true"}
+    pinned["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "500m"
+    world.core.create_namespaced_pod(ns, pinned)
+    wait_for("both pods bound", lambda: len(world.bound_pods(ns, "free")) == 1
+             and world.core.read_namespaced_pod("pinned", ns).spec.node_name, timeout=120)
+    first = {c["metadata"]["name"] for c in world.nodeclaims(pool)}
+    node = world.core.read_namespaced_pod("pinned", ns).spec.node_name
+    claim = next(c for c in world.nodeclaims(pool) if (c.get("status") or {}).get("nodeName") == node)
+    world.custom.delete_cluster_custom_object("karpenter.sh", "v1", "nodeclaims", claim["metadata"]["name"])
+    replacement = wait_for("a replacement NodeClaim", lambda: next(
+        (c for c in world.nodeclaims(pool) if c["metadata"]["name"] not in first), None), timeout=90)
+    assert replacement["spec"]["resources"]["requests"]["cpu"] == "250m"
+    wait_for("the Deployment's pod bound on the replacement", lambda: [
+        p for p in world.bound_pods(ns, "free") if p.spec.node_name != node], timeout=120)
+    assert world.core.read_namespaced_pod("pinned", ns).spec.node_name == node  # it stays, and so does its node
+    world.core.delete_namespaced_pod("pinned", ns, grace_period_seconds=0)  # let the node's termination finish
