@@ -27,12 +27,12 @@ INSTANCE_POLL = 5.0
 EVICTION_BASE_DELAY = 0.1
 EVICTION_MAX_DELAY = 10.0
 
-# Karpenter's tiers: the next starts only once every pod of the previous one is gone
+# Karpenter's groupPodsByPriority tiers: the next starts only once every pod of the previous one is gone
 TIER_NONCRITICAL = 0
-TIER_CRITICAL = 1
-TIER_NONCRITICAL_DAEMON = 2
+TIER_NONCRITICAL_DAEMON = 1
+TIER_CRITICAL = 2
 TIER_CRITICAL_DAEMON = 3
-TIER_NAMES = ("non-critical", "critical", "non-critical daemon", "critical daemon")
+TIER_NAMES = ("non-critical", "non-critical daemon", "critical", "critical daemon")
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
 _UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -215,7 +215,7 @@ def force_delete_grace(deadline: float, now: float) -> int:
 
 
 def tier(pod: Obj) -> int:
-    """The drain tier: non-critical, then critical, then non-critical DaemonSet, then critical DaemonSet pods."""
+    """The drain tier: non-critical, then non-critical DaemonSet, then critical, then critical DaemonSet pods."""
     if owned_by_daemonset(pod):
         return TIER_CRITICAL_DAEMON if is_critical(pod) else TIER_NONCRITICAL_DAEMON
     return TIER_CRITICAL if is_critical(pod) else TIER_NONCRITICAL

@@ -106,8 +106,16 @@ def test_drain_works_one_tier_at_a_time() -> None:
         assert len(plan.waiting) == len(pods)
         seen.append(names(plan.evict))
         pods = [p for p in pods if p["metadata"]["name"] not in names(plan.evict)]
-    assert seen == [["a"], ["b"], ["c"], ["d"]]
+    # Karpenter's groupPodsByPriority: non-critical, non-critical DaemonSet, critical, critical DaemonSet
+    assert seen == [["a"], ["c"], ["b"], ["d"]]
     assert D.plan_drain(pods, None, NOW).drained
+
+
+def test_daemonset_pods_go_before_critical_pods() -> None:
+    pods = [pod("critical", critical=True), pod("daemon", daemon=True)]
+    plan = D.plan_drain(pods, None, NOW)
+    assert plan.tier == D.TIER_NONCRITICAL_DAEMON
+    assert names(plan.evict) == ["daemon"]
 
 
 def test_a_terminating_pod_holds_the_next_tier_back() -> None:
