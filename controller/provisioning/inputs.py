@@ -164,8 +164,8 @@ def node_pool(manifest: dict[str, Any], instance_types: list[InstanceType], used
 def scheduling_pod(raw: dict[str, Any], volumes: VolumeTopology | None = None,
                    namespace_labels: Mapping[str, Mapping[str, str]] | None = None) -> Pod:
     """A Pod manifest as the scheduler's Pod; with `volumes`, the zone requirements of its PersistentVolumeClaims are
-    folded into its node affinity (a bound EBS volume pins the pod to the volume's zone); `namespace_labels` resolves
-    its affinity terms' namespaceSelectors."""
+    its volume terms (a bound EBS volume pins the pod to the volume's zone); `namespace_labels` resolves its affinity
+    terms' namespaceSelectors."""
     try:
         pod = pod_from_dict(raw, namespace_labels)
     except (PodError, QuantityError, ValueError, TypeError, AttributeError, KeyError) as e:
@@ -179,8 +179,9 @@ def scheduling_pod(raw: dict[str, Any], volumes: VolumeTopology | None = None,
     except (ValueError, TypeError, AttributeError, KeyError) as e:
         raise InputError(f"Pod/{pod.namespace}/{pod.name}: volumes: {e}") from None
     if alternatives is not None:
-        # each of the pod's node selector terms with each alternative the volumes allow (terms are ORed)
-        pod.node_terms = tuple(t.intersect(a) for t in pod.node_terms for a in alternatives) or tuple(alternatives)
+        # where the node may be, kept apart from the pod's node affinity as Karpenter keeps volume requirements out
+        # of topology spread counting
+        pod.volume_terms = tuple(alternatives)
         pod.class_key = None
         pod.__post_init__()
     return pod

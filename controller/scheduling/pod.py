@@ -125,6 +125,9 @@ class Pod:
     requests: dict[str, int]
     uid: str = ""
     node_terms: tuple[Requirements, ...] = ()  # OR of terms, nodeSelector folded into each
+    # alternatives the pod's volumes allow (any one will do): where its node may be, but, as in Karpenter, not part
+    # of the node affinity its topology spread counts with
+    volume_terms: tuple[Requirements, ...] = ()
     preferred_node: tuple[tuple[int, Requirements], ...] = ()
     tolerations: tuple[Toleration, ...] = ()
     spread: tuple[SpreadConstraint, ...] = ()
@@ -145,7 +148,8 @@ class Pod:
         if self.class_key is None:
             self.class_key = class_key((
                 self.namespace, tuple(sorted(self.labels.items())), tuple(sorted(self.requests.items())),
-                tuple(repr(t) for t in self.node_terms), repr(self.preferred_node), self.tolerations, self.spread,
+                tuple(repr(t) for t in self.node_terms), tuple(repr(t) for t in self.volume_terms),
+                repr(self.preferred_node), self.tolerations, self.spread,
                 self.affinity, self.anti_affinity, self.preferred_affinity, self.preferred_anti_affinity,
                 self.host_ports))
 

@@ -652,3 +652,25 @@ def test_should_not_schedule_pods_with_nodepool_which_is_not_ready():
     plan = solve([p], [pod(name="p")])
     assert not plan.node_claims and why in plan.unschedulable["default/p"]
     assert nodepool_not_ready({"metadata": {"name": "x"}}) == ""  # no status yet: its node class decides
+
+
+def test_volume_requirements_place_the_pod_but_do_not_narrow_its_spread_domains():
+    """Karpenter keeps a pod's volume requirements out of the node affinity its topology spread counts with: pods
+    spread over zones, one in each of zones 1 and 2 already; a third whose volume lives in zone 1 would make the skew
+    2 against zone 3 and cannot go; a pod pinned to zone 1 by node affinity counts only zone 1 and can."""
+    import dataclasses as dc
+
+    from controller.scheduling.requirements import Requirements
+
+    web = {"app": "web"}
+    existing = [node(f"n{z}", {ZONE: f"test-zone-{z}"}, pods=[pod(cpu="100m", labels=web, name=f"w{z}")])
+                for z in (1, 2)]
+    zone1 = Requirements.from_labels({ZONE: "test-zone-1"})
+    by_volume = pod(cpu="100m", labels=web, name="vol", topologySpreadConstraints=spread(ZONE))
+    by_volume = dc.replace(by_volume, volume_terms=(zone1,), class_key=None)
+    plan = solve([pool()], [by_volume], existing=existing)
+    assert "maxSkew" in plan.unschedulable["default/vol"]
+    by_affinity = pod(cpu="100m", labels=web, name="aff", topologySpreadConstraints=spread(ZONE),
+                      nodeSelector={ZONE: "test-zone-1"})
+    plan = solve([pool()], [by_affinity], existing=existing)
+    assert plan.existing == {"n1": [by_affinity]}
