@@ -427,7 +427,7 @@ class Terminator:
             if not self._backoff.ready(key, now):
                 return
         try:
-            self.client.evict(str(meta.get("namespace")), str(meta.get("name")))
+            self.client.evict(str(meta.get("namespace")), str(meta.get("name")), uid=meta.get("uid") or None)
         except (NotFoundError, ConflictError):  # gone, or another pod by now
             _count("EVICTION_REQUESTS", code="404")
             self._acted(key, now)

@@ -28,7 +28,7 @@ from controller.settings import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-KARPY = ROOT / ".venv" / "bin" / "karpy"
+KARPY = Path(sys.executable).with_name("karpy")  # the console script installed beside the interpreter running tests
 BASE = {"CLUSTER_NAME": "demo", "AWS_CONFIG_FILE": "/nonexistent/aws-config"}
 
 

@@ -361,8 +361,11 @@ class FakeAPI:
         else:
             del self.objects[key]
 
-    def evict(self, namespace: str, name: str, grace_period_seconds: int | None = None) -> None:
+    def evict(self, namespace: str, name: str, grace_period_seconds: int | None = None,
+              uid: str | None = None) -> None:
         self._key(type("P", (), {"plural": "pods"}), name, namespace)
+        if uid != self.objects[("pods", namespace, name)]["metadata"]["uid"]:  # the API's precondition check
+            raise ConflictError(409, "Conflict", "Precondition failed: UID in precondition does not match")
         self.evicted.append(name)
         del self.objects[("pods", namespace, name)]
 
