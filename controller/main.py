@@ -111,7 +111,7 @@ def wire(settings: Settings, client: KubeClient, cloud: CloudProvider, aws: Any,
          is_leader: Callable[[], bool]) -> tuple[Runtime, Callable[[], None]]:
     """Build the controllers and connect informer events to their queues; returns the runtime and the function that
     starts the leader's work."""
-    from controller.lifecycle.controller import LifecycleController
+    from controller.lifecycle.controller import LifecycleController, lifecycle_queue
     from controller.nodepool.status import NodePoolStatusController
     from controller.provisioning.batcher import Batcher
     from controller.provisioning.provisioner import Provisioner
@@ -127,8 +127,8 @@ def wire(settings: Settings, client: KubeClient, cloud: CloudProvider, aws: Any,
     lifecycle = LifecycleController(cluster, client, cloud, recorder, on_deleted=provisioner.trigger)
     terminator = Terminator(client, cluster, cloud, recorder)
     nodepools = NodePoolStatusController(cluster, client)
-    c_lifecycle = Controller("nodeclaim.lifecycle", lifecycle.reconcile, workers=4, recorder=recorder,
-                             lookup=cluster.nodeclaim)
+    c_lifecycle = Controller("nodeclaim.lifecycle", lifecycle.reconcile, workers=4, queue=lifecycle_queue(),
+                             recorder=recorder, lookup=cluster.nodeclaim)
     c_claim_term = Controller("nodeclaim.termination", terminator.reconcile_nodeclaim, workers=4, recorder=recorder,
                               lookup=cluster.nodeclaim)
     c_node_term = Controller("node.termination", terminator.reconcile_node, workers=4, recorder=recorder,

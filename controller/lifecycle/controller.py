@@ -26,7 +26,7 @@ from controller.kube import resources as R
 from controller.kube.client import KubeClient
 from controller.kube.errors import InvalidError, NotFoundError
 from controller.kube.events import Recorder
-from controller.kube.workqueue import Result
+from controller.kube.workqueue import Result, WorkQueue
 from controller.provisioning.nodeclaimtemplate import resource_list
 from controller.state.cluster import Cluster, provider_id
 
@@ -34,10 +34,25 @@ log = logging.getLogger("karpy.nodeclaim.lifecycle")
 
 LAUNCH_TIMEOUT = 5 * 60.0
 REGISTRATION_TIMEOUT = 15 * 60.0
+# Karpenter's lifecycle controller retries a failed reconcile (a launch error) from 1 s doubling to 1 min
+ERROR_BACKOFF_BASE = 1.0
+ERROR_BACKOFF_MAX = 60.0
 # taints a node carries while it starts, which do not count against initialization once gone
 EPHEMERAL_TAINTS = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable",
                               "node.cloudprovider.kubernetes.io/uninitialized", L.UNREGISTERED_TAINT_KEY})
 WELL_KNOWN_RESOURCES = frozenset({"cpu", "memory", "pods", "ephemeral-storage"})
+
+
+def lifecycle_queue() -> WorkQueue:
+    """The nodeclaim.lifecycle work queue, with Karpenter's per-item error backoff."""
+    return WorkQueue("nodeclaim.lifecycle", base_delay=ERROR_BACKOFF_BASE, max_delay=ERROR_BACKOFF_MAX)
+
+
+def count_disrupted(claim: dict[str, Any], reason: str) -> None:
+    """karpenter_nodeclaims_disrupted_total for a NodeClaim deleted for reason (Karpenter's label values)."""
+    labels = claim["metadata"].get("labels") or {}
+    M.NODECLAIMS_DISRUPTED.labels(reason=reason, nodepool=labels.get(L.NODEPOOL, ""),
+                                  capacity_type=labels.get(L.CAPACITY_TYPE, "")).inc()
 
 
 def _ref(claim: dict[str, Any]) -> dict[str, Any]:
@@ -111,11 +126,13 @@ class LifecycleController:
 
     # ---- launch ------------------------------------------------------------------------------------------------
     def _delete(self, claim: dict[str, Any], reason: str) -> None:
+        """Delete the NodeClaim given up on, counted in karpenter_nodeclaims_disrupted_total with reason."""
         name = claim["metadata"]["name"]
         try:
             self.client.delete(R.NODECLAIMS, name, uid=claim["metadata"].get("uid"))
         except NotFoundError:
             return
+        count_disrupted(claim, reason)
         # karpenter_nodeclaims_terminated_total is counted once, by the Terminator when the finalizer goes
         log.info("deleted nodeclaim", extra={**_ref(claim), "reason": reason, "controller": "nodeclaim.lifecycle"})
         self.on_deleted()
@@ -169,7 +186,8 @@ class LifecycleController:
             self._write_status(claim)
             return Result(requeue_after=5.0)
         except Exception as e:
-            if C.set_condition(status, "Launched", False, "LaunchFailed", str(e)[:300]):
+            # Launched stays Unknown (the launch timeout still runs from its transition); the error backs off
+            if C.set_condition(status, "Launched", None, "LaunchFailed", str(e)[:300]):
                 self._write_status(claim)
             raise
         failpoint("lifecycle.after-create")  # a crash between CreateFleet and the status write
@@ -218,6 +236,8 @@ class LifecycleController:
         status = claim["status"]
         pid = provider_id(claim)
         node = self.cluster.node_for_provider_id(pid)
+        if node is None and C.is_true(status, "Registered"):
+            return None  # liveness ends at registration: a Node gone since is termination's or GC's, not a timeout
         if node is None:
             # liveness.go: not Registered 15 min after Registered's last transition (Unknown since creation)
             if self._since(claim, "Registered") > REGISTRATION_TIMEOUT:
@@ -242,12 +262,14 @@ class LifecycleController:
         return Result(requeue_after=0.0)
 
     def _sync_node(self, claim: dict[str, Any], node: dict[str, Any], first: bool) -> None:
-        """Owner reference, finalizer, labels and taints from the NodeClaim; the unregistered taint removed."""
+        """Owner reference, finalizer, labels, annotations and taints from the NodeClaim; the unregistered taint
+        removed."""
         meta = node["metadata"]
         labels = dict(meta.get("labels") or {})
         labels.update(requirement_labels(claim))
         labels.update(claim["metadata"].get("labels") or {})
         labels[L.REGISTERED] = "true"
+        annotations = {**(meta.get("annotations") or {}), **(claim["metadata"].get("annotations") or {})}
         finalizers = list(meta.get("finalizers") or [])
         if L.TERMINATION_FINALIZER not in finalizers:
             finalizers.append(L.TERMINATION_FINALIZER)
@@ -264,7 +286,8 @@ class LifecycleController:
                     taints.append({k: v for k, v in t.items() if k in ("key", "value", "effect")})
                     have.add(_taint_key(t))
         self.client.patch(R.NODES, meta["name"], {
-            "metadata": {"labels": labels, "finalizers": finalizers, "ownerReferences": owners,
+            "metadata": {"labels": labels, "annotations": annotations, "finalizers": finalizers,
+                         "ownerReferences": owners,
                          "resourceVersion": meta.get("resourceVersion")},
             "spec": {"taints": taints}})
 
