@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import prometheus_client
 from prometheus_client import CollectorRegistry
 
+from controller.api import labels as L
+
 if TYPE_CHECKING:  # the provider imports the scheduler; metrics stays light for every importer
     from controller.cloud.provider import LaunchedNode, LaunchRequest, NodeClass
 
@@ -271,6 +273,13 @@ BUILD_INFO.labels(**build_labels()).set(1)
 def bounded(value: str, allowed: frozenset[str], other: str = "other") -> str:
     """`value` when it is one of `allowed`, else `other`: keeps a label's cardinality bounded whatever the input."""
     return value if value in allowed else other
+
+
+def nodeclaim_disrupted(claim: Mapping[str, Any], reason: str) -> None:
+    """karpenter_nodeclaims_disrupted_total for a NodeClaim deleted for reason, labelled from the NodeClaim's labels."""
+    labels = (claim.get("metadata") or {}).get("labels") or {}
+    NODECLAIMS_DISRUPTED.labels(reason=reason, nodepool=labels.get(L.NODEPOOL, ""),
+                                capacity_type=labels.get(L.CAPACITY_TYPE, "")).inc()
 
 
 @contextlib.contextmanager

@@ -14,7 +14,6 @@ Cadence: every 10 s for the first 20 successful runs, then every 2 minutes.
 
 from __future__ import annotations
 
-import importlib
 import logging
 import threading
 import time
@@ -22,6 +21,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from controller import metrics as M
 from controller.api import conditions as C
 from controller.api import labels as L
 from controller.cloud.aws.errors import NodeClaimNotFoundError
@@ -33,11 +33,6 @@ from controller.state.cluster import Cluster
 
 log = logging.getLogger("karpy.garbagecollection")
 
-try:  # metrics are best effort until the metrics module is there
-    _metrics: Any = importlib.import_module("controller.metrics")
-except ImportError:  # pragma: no cover - depends on the tree
-    _metrics = None
-
 GRACE_SECONDS = 30.0
 FAST_INTERVAL_SECONDS = 10.0
 FAST_RUNS = 20
@@ -45,20 +40,6 @@ SLOW_INTERVAL_SECONDS = 120.0
 INSTANCES = "instances"
 NODECLAIMS = "nodeclaims"
 NODES = "nodes"
-
-
-def _count_disrupted(claim: dict[str, Any]) -> None:
-    metric = getattr(_metrics, "NODECLAIMS_DISRUPTED", None) if _metrics is not None else None
-    if metric is None:
-        return
-    labels = (claim.get("metadata") or {}).get("labels") or {}
-    values = {"reason": "garbage_collected", "nodepool": labels.get(L.NODEPOOL, ""),
-              "capacity_type": labels.get(L.CAPACITY_TYPE, "")}
-    try:
-        names = tuple(getattr(metric, "_labelnames", ()) or ())
-        (metric.labels(**{n: values.get(n, "") for n in names}) if names else metric).inc()
-    except Exception:  # a metric is never worth a failed collection
-        log.debug("counting a garbage-collected nodeclaim failed", exc_info=True)
 
 
 def _node_ready(node: dict[str, Any]) -> bool:
@@ -182,7 +163,7 @@ class GarbageCollector:
             except ConflictError:  # a different NodeClaim of that name now: not ours to delete
                 continue
             self.collected[NODECLAIMS] += 1
-            _count_disrupted(claim)
+            M.nodeclaim_disrupted(claim, "garbage_collected")
             log.info("garbage collecting nodeclaim with no cloudprovider representation", extra={
                 "controller": "nodeclaim.garbagecollection", "NodeClaim": {"name": name},
                 "Node": {"name": status.get("nodeName", "")}, "provider-id": pid})

@@ -48,13 +48,6 @@ def lifecycle_queue() -> WorkQueue:
     return WorkQueue("nodeclaim.lifecycle", base_delay=ERROR_BACKOFF_BASE, max_delay=ERROR_BACKOFF_MAX)
 
 
-def count_disrupted(claim: dict[str, Any], reason: str) -> None:
-    """karpenter_nodeclaims_disrupted_total for a NodeClaim deleted for reason (Karpenter's label values)."""
-    labels = claim["metadata"].get("labels") or {}
-    M.NODECLAIMS_DISRUPTED.labels(reason=reason, nodepool=labels.get(L.NODEPOOL, ""),
-                                  capacity_type=labels.get(L.CAPACITY_TYPE, "")).inc()
-
-
 def _ref(claim: dict[str, Any]) -> dict[str, Any]:
     return {"NodeClaim": {"name": claim["metadata"]["name"]}}
 
@@ -132,7 +125,7 @@ class LifecycleController:
             self.client.delete(R.NODECLAIMS, name, uid=claim["metadata"].get("uid"))
         except NotFoundError:
             return
-        count_disrupted(claim, reason)
+        M.nodeclaim_disrupted(claim, reason)
         # karpenter_nodeclaims_terminated_total is counted once, by the Terminator when the finalizer goes
         log.info("deleted nodeclaim", extra={**_ref(claim), "reason": reason, "controller": "nodeclaim.lifecycle"})
         self.on_deleted()
