@@ -39,6 +39,13 @@ FEATURE_GATE_DEFAULTS: dict[str, bool] = {
     "StaticCapacity": False,
     "CapacityBuffer": False,
 }
+# Karpenter's gates whose feature karpy's controller does not have: enabling one is refused when the controller starts
+# (--check-config shows it as a warning), so a gate never silently does nothing
+UNSUPPORTED_FEATURE_GATES: dict[str, str] = {
+    "NodeRepair": "node repair",
+    "NodeOverlay": "NodeOverlays",
+    "CapacityBuffer": "capacity buffers",
+}
 REMOVED_FEATURE_GATES = {"Drift": "Drift is always on since Karpenter v1 (control it with disruption budgets)"}
 
 LOG_LEVELS = ("debug", "info", "warn", "error")
@@ -173,6 +180,12 @@ def parse_feature_gates(text: str, known: Mapping[str, bool] = FEATURE_GATE_DEFA
         except ValueError:
             raise ValueError(f"invalid value {show_value(value.strip(), 20)} for feature gate {name}") from None
     return out
+
+
+def unsupported_feature_gates(gates: Mapping[str, bool]) -> list[str]:
+    """One line per enabled gate whose feature karpy does not implement (empty when every enabled gate works)."""
+    return [f"FEATURE_GATES: {name}=true is not supported by karpy ({what}); remove it or set {name}=false"
+            for name, what in UNSUPPORTED_FEATURE_GATES.items() if gates.get(name)]
 
 
 def format_feature_gates(gates: Mapping[str, bool]) -> str:
