@@ -19,13 +19,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from controller.api import labels as L
+from controller.cloud.metered import MeteredCloudProvider
 from controller.cloud.provider import CloudProvider
 from controller.kube.client import KubeClient
 from controller.kube.events import Recorder
 from controller.kube.informer import Informer
 from controller.kube.leaderelection import LeaderElector
 from controller.kube.workqueue import Controller
-from controller.metrics import MeteredCloudProvider
 from controller.settings import Settings
 from controller.state.cluster import Cluster, provider_id
 
@@ -143,7 +143,7 @@ def wire(settings: Settings, client: KubeClient, cloud: CloudProvider, aws: Any,
         c_nodeclass = Controller("nodeclass.status", nodeclasses.reconcile, workers=1, recorder=recorder,
                                  lookup=cluster.nodeclass)
     else:
-        from controller.cloud.fake.nodeclass import FakeNodeClassController
+        from controller.nodeclass.fake import FakeNodeClassController
 
         c_nodeclass = Controller("nodeclass.status", FakeNodeClassController(cluster, client).reconcile, workers=1,
                                  recorder=recorder, lookup=cluster.nodeclass)

@@ -31,9 +31,9 @@ from controller.cloud.aws.interruption import (
     InterruptionQueue,
     message_type,
 )
+from controller.cloud.aws.messages import Action, Event, action_for
 from controller.cloud.aws.unavailable import UnavailableOfferings
 from controller.cloud.provider import CloudProvider
-from controller.interruption.messages import Action, Event, action_for
 from controller.kube import resources as R
 from controller.kube.client import KubeClient
 from controller.kube.errors import ConflictError, NotFoundError

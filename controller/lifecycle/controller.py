@@ -165,7 +165,7 @@ class LifecycleController:
             self.recorder.publish(claim, "Warning", "NodeClassNotReady", why)
             return Result(requeue_after=5.0)
         try:
-            # timed and counted by metrics.MeteredCloudProvider
+            # timed and counted by cloud.metered.MeteredCloudProvider
             launched = self.cloud.create(LaunchRequest.from_manifest(claim), NodeClass.from_manifest(nodeclass))
         except InsufficientCapacityError as e:
             message = str(e)[:300]

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from controller import metrics as M
-from controller.interruption.messages import (
+from controller.cloud.aws.messages import (
     STOPPING_STATES,
     CapacityReservationInterruption,
     Event,
