@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlparse
 
+from controller.api.durations import parse_go_duration as parse_duration  # the name settings callers know
+
 GLOBAL_SETTINGS = "karpenter-global-settings"
 CONFIG_LOGGING = "config-logging"
 ZAP_LOGGER_CONFIG = "zap-logger-config"
@@ -76,34 +78,6 @@ def show_value(value: str, limit: int = SHOWN_VALUE_CHARS) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------------- parsing
-_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h)")
-_DURATION_UNITS_NS = {"ns": 1, "us": 10**3, "µs": 10**3, "μs": 10**3, "ms": 10**6, "s": 10**9, "m": 60 * 10**9,
-                      "h": 3600 * 10**9}
-
-
-def parse_duration(text: str) -> float:
-    """Seconds in a Go duration string ("1s", "500ms", "1m30s", "1.5h"; "0" alone is allowed), as time.ParseDuration
-    reads it. ValueError otherwise."""
-    s = text.strip()
-    sign = 1
-    if s[:1] in ("+", "-"):
-        sign = -1 if s[0] == "-" else 1
-        s = s[1:]
-    if s == "0":
-        return 0.0
-    if not s:
-        raise ValueError("empty duration")
-    total_ns = 0.0
-    pos = 0
-    while pos < len(s):
-        m = _DURATION_PART.match(s, pos)
-        if m is None:
-            raise ValueError(f"not a Go duration: {text!r}")
-        total_ns += float(m.group(1)) * _DURATION_UNITS_NS[m.group(2)]
-        pos = m.end()
-    return sign * total_ns / 1e9
-
-
 def _fraction(value: int, unit: int) -> str:
     whole, frac = divmod(value, unit)
     digits = str(frac).rjust(len(str(unit)) - 1, "0").rstrip("0")

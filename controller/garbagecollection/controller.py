@@ -42,13 +42,6 @@ NODECLAIMS = "nodeclaims"
 NODES = "nodes"
 
 
-def _node_ready(node: dict[str, Any]) -> bool:
-    for c in (node.get("status") or {}).get("conditions") or []:
-        if c.get("type") == "Ready":
-            return bool(c.get("status") == "True")
-    return False
-
-
 class GarbageCollector:
     """Terminates orphan instances and deletes NodeClaims whose instance is gone (leader only: run it in the
     leader's threads)."""
@@ -148,7 +141,7 @@ class GarbageCollector:
             if since is not None and now - since <= self.grace_seconds:
                 continue  # the cloud's list may not show a just-launched instance yet
             node = self.cluster.node_for_provider_id(pid)
-            if node is not None and _node_ready(node):
+            if node is not None and C.node_ready(node):
                 continue  # the kubelet is still running: wait until the Node says otherwise
             try:
                 self.cloud.get(pid)

@@ -19,6 +19,7 @@ from controller.api import conditions as C
 from controller.api import labels as L
 from controller.api.nodeclasshash import hash_annotations
 from controller.api.quantity import QuantityError, resources_from_dict
+from controller.api.taints import Taint, is_known_ephemeral
 from controller.cloud.errors import InsufficientCapacityError, NodeClassNotReadyError
 from controller.cloud.provider import CloudProvider, LaunchedNode, LaunchRequest, NodeClass
 from controller.failpoints import failpoint
@@ -37,9 +38,6 @@ REGISTRATION_TIMEOUT = 15 * 60.0
 # Karpenter's lifecycle controller retries a failed reconcile (a launch error) from 1 s doubling to 1 min
 ERROR_BACKOFF_BASE = 1.0
 ERROR_BACKOFF_MAX = 60.0
-# taints a node carries while it starts, which do not count against initialization once gone
-EPHEMERAL_TAINTS = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable",
-                              "node.cloudprovider.kubernetes.io/uninitialized", L.UNREGISTERED_TAINT_KEY})
 WELL_KNOWN_RESOURCES = frozenset({"cpu", "memory", "pods", "ephemeral-storage"})
 
 
@@ -328,16 +326,15 @@ class LifecycleController:
     def _not_initialized(self, claim: dict[str, Any], node: dict[str, Any]) -> str:
         """Why the node is not initialized yet ("" when it is): Ready, startup and ephemeral taints gone, requested
         extended resources registered."""
-        ready = next((c for c in (node.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"), None)
-        if ready is None or ready.get("status") != "True":
+        if not C.node_ready(node):
             return "Node not ready"
-        taints = {_taint_key(t) for t in (node.get("spec") or {}).get("taints") or []}
-        for t in (claim.get("spec") or {}).get("startupTaints") or []:
-            if _taint_key(t) in taints:
-                return f"StartupTaint \"{t.get('key')}:{t.get('effect')}\" still exists"
-        for key, effect in taints:
-            if key in EPHEMERAL_TAINTS:
-                return f"KnownEphemeralTaint \"{key}:{effect}\" still exists"
+        taints = [Taint.from_dict(t) for t in (node.get("spec") or {}).get("taints") or [] if isinstance(t, dict)]
+        for startup in (claim.get("spec") or {}).get("startupTaints") or []:
+            if any(Taint.from_dict(startup).matches(t) for t in taints):
+                return f"StartupTaint \"{startup.get('key')}:{startup.get('effect')}\" still exists"
+        for t in taints:
+            if is_known_ephemeral(t):
+                return f"KnownEphemeralTaint \"{t.key}:{t.effect}\" still exists"
         try:
             requested = resources_from_dict(((claim.get("spec") or {}).get("resources") or {}).get("requests"))
             allocatable = resources_from_dict((node.get("status") or {}).get("allocatable"))

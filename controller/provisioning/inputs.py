@@ -14,6 +14,7 @@ from typing import Any
 
 from controller.api import labels as L
 from controller.api.quantity import QuantityError, to_canonical
+from controller.api.taints import is_known_ephemeral
 from controller.catalog.types import InstanceType
 from controller.scheduling.pod import Pod, PodError, pod_from_dict
 from controller.scheduling.requirements import Requirement, Requirements
@@ -22,14 +23,6 @@ from controller.scheduling.volumes import VolumeError, volume_alternatives
 from controller.scheduling.volumes import VolumeTopology as VolumeTopology  # re-exported
 
 UNSCHEDULABLE_TAINT = Taint("node.kubernetes.io/unschedulable", "", "NoSchedule")
-# Taints a node carries while it starts; Karpenter ignores them on its own nodes until they are initialized.
-KNOWN_EPHEMERAL_TAINTS = (
-    Taint("node.kubernetes.io/not-ready", "", "NoSchedule"),
-    Taint("node.kubernetes.io/not-ready", "", "NoExecute"),
-    Taint("node.kubernetes.io/unreachable", "", "NoSchedule"),
-    Taint("node.cloudprovider.kubernetes.io/uninitialized", "true", "NoSchedule"),
-    Taint(L.UNREGISTERED_TAINT_KEY, "", "NoExecute"),
-)
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
 
@@ -285,11 +278,8 @@ def daemonset_pod(daemonset: dict[str, Any], live: dict[str, Any] | None = None)
 
 
 def _ephemeral(taint: Taint, startup: list[Taint]) -> bool:
-    """Karpenter's match for taints it ignores on uninitialized nodes: key and effect (and value when given)."""
-    for t in (*KNOWN_EPHEMERAL_TAINTS, *startup):
-        if t.key == taint.key and t.effect == taint.effect and (not t.value or t.value == taint.value):
-            return True
-    return False
+    """Karpenter's match for taints it ignores on uninitialized nodes: a known ephemeral taint or a startup taint."""
+    return is_known_ephemeral(taint) or any(t.matches(taint) for t in startup)
 
 
 def existing_node(node: dict[str, Any], pods: list[Pod], price: float = 0.0, *,

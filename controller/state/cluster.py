@@ -7,6 +7,7 @@ and every NodeClaim this process created is visible, so a batch never launches t
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections import defaultdict
@@ -14,6 +15,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from controller.api import labels as L
+from controller.api.pods import owned_by_daemonset
 from controller.kube import resources as R
 from controller.kube.client import KubeClient
 from controller.kube.informer import Informer, key_of, strip_managed_fields
@@ -23,14 +25,66 @@ Obj = dict[str, Any]
 
 # pod status fields the controllers read; the rest (container statuses, IPs) is dropped at the edge
 _POD_STATUS_KEYS = ("phase", "conditions", "nominatedNodeName", "startTime")
+# container fields the controllers read (requests, host ports, a sidecar's restartPolicy, device claims); image,
+# command, env, probes and mounts are most of a pod's bytes and no controller reads them
+_CONTAINER_KEYS = ("name", "resources", "restartPolicy")
+# volume sources whose contents decide something (zones, drain waits); the others keep only their kind
+_VOLUME_KEPT = ("persistentVolumeClaim", "ephemeral", "hostPath", "local")
+# an annotation as large as the object it describes, read by kubectl apply only
+_LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+
+
+def _interned(value: Any) -> Any:
+    """The value with its dict keys and short strings interned: thousands of pods share the same keys, namespaces,
+    label values and condition types, which a JSON decode otherwise allocates once per pod."""
+    if isinstance(value, dict):
+        return {sys.intern(k) if type(k) is str else k: _interned(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_interned(v) for v in value]
+    if type(value) is str and len(value) <= 64:
+        return sys.intern(value)
+    return value
+
+
+def _compact_container(c: Any) -> Any:
+    if not isinstance(c, dict):
+        return c  # left for validation to report
+    out = {k: c[k] for k in _CONTAINER_KEYS if k in c}
+    ports = [p for p in c.get("ports") or [] if isinstance(p, dict) and p.get("hostPort")]
+    if ports:
+        out["ports"] = ports
+    return out
+
+
+def _compact_volume(v: Any) -> Any:
+    if not isinstance(v, dict) or any(k in v for k in _VOLUME_KEPT):
+        return v
+    return {k: ({} if isinstance(val, dict) else val) for k, val in v.items()}
 
 
 def compact_pod(pod: Obj) -> Obj:
-    """A pod without managed fields and without the status parts no controller reads."""
+    """A pod as the controllers read it: no managed fields or last-applied annotation, containers reduced to what
+    scheduling and draining read, volume sources that decide nothing reduced to their kind, only the status parts
+    read, and common strings shared between pods. Dropped at the informer's edge, so a cluster of many pods costs
+    the controller the little it reads of each."""
     out = strip_managed_fields(pod)
+    meta = out.get("metadata")
+    if isinstance(meta, dict) and isinstance(meta.get("annotations"), dict) and _LAST_APPLIED in meta["annotations"]:
+        meta = dict(meta)
+        meta["annotations"] = {k: v for k, v in meta["annotations"].items() if k != _LAST_APPLIED}
+        out["metadata"] = meta
+    spec = pod.get("spec")
+    if isinstance(spec, dict):
+        spec = {k: v for k, v in spec.items() if k != "ephemeralContainers"}
+        for key in ("containers", "initContainers"):
+            if isinstance(spec.get(key), list):
+                spec[key] = [_compact_container(c) for c in spec[key]]
+        if isinstance(spec.get("volumes"), list):
+            spec["volumes"] = [_compact_volume(v) for v in spec["volumes"]]
+        out["spec"] = spec
     status = pod.get("status") or {}
-    out["status"] = {k: status[k] for k in _POD_STATUS_KEYS if k in status}
-    return out
+    out["status"] = {k: status[k] for k in _POD_STATUS_KEYS if k in status} if isinstance(status, dict) else {}
+    return _interned(out)
 
 
 def provider_id(obj: Obj | None) -> str:
@@ -54,12 +108,6 @@ def is_true(obj: Obj | None, type_: str) -> bool:
     """Whether the condition of that type is True."""
     c = condition(obj, type_)
     return c is not None and c.get("status") == "True"
-
-
-def owned_by_daemonset(pod: Obj) -> bool:
-    """Whether a DaemonSet controls the pod."""
-    return any(r.get("kind") == "DaemonSet" and r.get("controller")
-               for r in (pod.get("metadata") or {}).get("ownerReferences") or [] if isinstance(r, dict))
 
 
 def is_mirror(pod: Obj) -> bool:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from controller import metrics as M
+from controller.api import conditions as C
 from controller.api import labels as L
 from controller.cloud.aws.errors import NodeClaimNotFoundError
 from controller.cloud.provider import CloudProvider
@@ -148,7 +149,7 @@ class Terminator:
         gone = False
         drained_now = False
         if node is not None:
-            if not D.is_ready(node) and self._instance_gone(pid):
+            if not C.node_ready(node) and self._instance_gone(pid):
                 gone = True  # the kubelet is not running and the instance is gone: nothing left to drain
             else:
                 node = self._taint(node, extra)
@@ -265,7 +266,7 @@ class Terminator:
         """A deleted Node without a NodeClaim: drain it (no deadline), wait for its volumes, let it go."""
         extra: Obj = {"controller": "node.termination", "Node": {"name": _name(node)}}
         pid = _node_provider_id(node)
-        if not (not D.is_ready(node) and pid and self._instance_gone(pid)):
+        if not (not C.node_ready(node) and pid and self._instance_gone(pid)):
             node = self._taint(node, extra)
             now = self.clock()
             scratch: Obj = {}

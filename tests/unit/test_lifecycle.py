@@ -112,3 +112,21 @@ def test_launch_errors_back_off_from_one_second_to_one_minute() -> None:
     assert delays[0] == pytest.approx(1.0)
     assert delays[1] == pytest.approx(2.0)
     assert delays[-1] == pytest.approx(60.0)
+
+
+@pytest.mark.parametrize(("taint", "initialized"), [
+    ({"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"}, True),  # not in Karpenter's list
+    ({"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule"}, False),
+    ({"key": "readiness.k8s.io/network", "effect": "NoSchedule"}, False),  # a known ephemeral key prefix
+])
+def test_initialization_waits_for_karpenters_known_ephemeral_taints(taint: dict, initialized: bool) -> None:
+    w = _world()
+    name = _launched_claim(w, created=T0, launched=T0 + 10, registered_since=T0)
+    w.kube.add(R.NODES, {"metadata": {"name": "n1", "labels": {}},
+                         "spec": {"providerID": "aws:///us-east-1a/i-0001", "taints": [taint]},
+                         "status": {"conditions": [{"type": "Ready", "status": "True"}]}})
+    w.lifecycle.reconcile(name)  # registration
+    w.lifecycle.reconcile(name)  # initialization
+    status = w.kube.get(R.NODECLAIMS, name)["status"]
+    assert C.is_true(status, "Registered")
+    assert C.is_true(status, "Initialized") == initialized, C.get(status, "Initialized")

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from controller.api import conditions as C
 from controller.cloud.errors import NodeClaimNotFoundError
 from controller.kube import resources as R
 from controller.kube.errors import ConflictError, InvalidError, NotFoundError
@@ -245,12 +246,12 @@ def test_node_helpers() -> None:
     node = {"spec": {"taints": [{"key": "karpenter.sh/disrupted", "effect": "NoExecute"}]},
             "status": {"conditions": [{"type": "Ready", "status": "Unknown"}]}}
     assert not D.has_disrupted_taint(node)
-    assert not D.is_ready(node)
+    assert not C.node_ready(node)
     node["spec"]["taints"].append({"key": "karpenter.sh/disrupted", "effect": "NoSchedule"})
     node["status"]["conditions"][0]["status"] = "True"
     assert D.has_disrupted_taint(node)
-    assert D.is_ready(node)
-    assert not D.is_ready({"status": {}})
+    assert C.node_ready(node)
+    assert not C.node_ready({"status": {}})
 
 
 def test_conditions_keep_their_transition_time_while_the_status_holds() -> None:
