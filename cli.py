@@ -948,18 +948,21 @@ def controller(check_config: bool, **flags: str | None) -> None:
     import os
 
     from controller.logs import silence_libraries
-    from controller.settings import SettingsError, describe, load, log_sources
+    from controller.settings import SettingsError, describe, load, log_sources, unsupported_feature_gates
 
     silence_libraries()  # stderr stays ours: one line per warning or error, never a library's
     try:
         settings, sources, warnings = load(os.environ, flags)
     except SettingsError as e:
         _fail(str(e), 2)
+    refused = unsupported_feature_gates(settings.feature_gates)
     if check_config:
-        for line in warnings:
+        for line in [*warnings, *refused]:
             click.echo(f"warning: {line}", err=True)
         click.echo("\n".join(describe(settings, sources)))
         return
+    if refused:
+        _fail(refused[0], 2)
     from controller.logs import configure
 
     try:

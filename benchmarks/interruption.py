@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import boto3
 
 from controller.cloud.aws.interruption import InterruptionQueue
-from controller.interruption.messages import parse_message
+from controller.cloud.aws.messages import parse_message
 from infra.events import INTERRUPTION_RULES, sample_event
 
 

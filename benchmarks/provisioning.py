@@ -59,6 +59,37 @@ def _stop(pids: list[int]) -> None:
     time.sleep(1)
 
 
+def start_control_plane(run: Path) -> list[int]:
+    """A fresh control plane from the project's script into run/ (kubeconfig there); its process ids."""
+    subprocess.run(["bash", str(ROOT / "scripts" / "start-kube-control-plane.sh"), str(run)], check=True,
+                   capture_output=True)
+    return [int(p) for p in (run / "pids").read_text().split()]
+
+
+def connect(run: Path) -> tuple[str, Any, Any]:
+    """(kubeconfig, ApiClient, CoreV1Api) of the control plane started in run/, once pods can be created there and
+    karpy's CRDs are installed."""
+    kubeconfig = str(run / "kubeconfig")
+    api = config.new_client_from_config(config_file=kubeconfig)
+    core = client.CoreV1Api(api)
+    wait_default_service_account(core)
+    install_crds(api)
+    return kubeconfig, api, core
+
+
+def wait_default_service_account(core: Any, timeout: float = 60.0) -> None:
+    """Until the controller-manager has created the default ServiceAccount (pods can be created then)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            core.read_namespaced_service_account("default", "default")
+            return
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 class Recorder:
     """Watches pods and NodeClaims, noting when each pod first turned Unschedulable and each NodeClaim appeared."""
 
@@ -137,24 +168,10 @@ def run_once(pods: int, cloud: str, localstack: str | None) -> dict[str, Any]:
     """One size on one cloud, on a fresh control plane."""
     with tempfile.TemporaryDirectory() as tmp:
         run = Path(tmp)
-        subprocess.run(["bash", str(ROOT / "scripts" / "start-kube-control-plane.sh"), str(run / "kube")],
-                       check=True, capture_output=True)
-        pids = [int(p) for p in (run / "kube" / "pids").read_text().split()]
+        pids = start_control_plane(run / "kube")
         proc = None
         try:
-            kubeconfig = str(run / "kube" / "kubeconfig")
-            api = config.new_client_from_config(config_file=kubeconfig)
-            core = client.CoreV1Api(api)
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    core.read_namespaced_service_account("default", "default")
-                    break
-                except Exception:
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.2)
-            install_crds(api)
+            kubeconfig, api, core = connect(run / "kube")
             cluster = f"bench{uuid.uuid4().hex[:6]}"
             custom = client.CustomObjectsApi(api)
             env = {**os.environ, "CLUSTER_NAME": cluster, "KUBECONFIG": kubeconfig,

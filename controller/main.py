@@ -19,13 +19,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from controller.api import labels as L
+from controller.cloud.metered import MeteredCloudProvider
 from controller.cloud.provider import CloudProvider
 from controller.kube.client import KubeClient
 from controller.kube.events import Recorder
 from controller.kube.informer import Informer
 from controller.kube.leaderelection import LeaderElector
 from controller.kube.workqueue import Controller
-from controller.metrics import MeteredCloudProvider
 from controller.settings import Settings
 from controller.state.cluster import Cluster, provider_id
 
@@ -73,6 +73,8 @@ def build_cloud(settings: Settings, client: KubeClient) -> tuple[CloudProvider, 
         from controller.cloud.fake.provider import FakeCloudProvider
 
         return MeteredCloudProvider(FakeCloudProvider(), "fake"), None
+    from botocore.exceptions import BotoCoreError, ClientError
+
     from controller.catalog.snapshot import load_prices
     from controller.cloud.aws.clients import make_clients
     from controller.cloud.aws.instancetypes import InstanceTypeProvider
@@ -84,9 +86,17 @@ def build_cloud(settings: Settings, client: KubeClient) -> tuple[CloudProvider, 
                            pricing=not settings.isolated_vpc, eks=not settings.cluster_endpoint)
     region = str(clients.ec2.meta.region_name)
     fallback = load_prices()  # the bundled prices stand in until (or where) the Pricing API answers
-    types = InstanceTypeProvider(clients.ec2, PricingProvider(clients.pricing, clients.ec2, region, fallback), region,
+    pricing = PricingProvider(clients.pricing, clients.ec2, region, fallback, background=True)
+    types = InstanceTypeProvider(clients.ec2, pricing, region,
                                  vm_memory_overhead_percent=settings.vm_memory_overhead_percent,
                                  reserved_enis=settings.reserved_enis)
+    # as Karpenter's operator does before it serves: instance types and their zones are read once at start, so the
+    # first pending pods find them; the prices refresh in the background meanwhile (the bundled ones answer)
+    pricing.current_version()
+    try:
+        types.refresh()
+    except (BotoCoreError, ClientError) as e:  # the first listing asks again and says why
+        log.warning("describing instance types failed", extra={"error": str(e)[:300]})
     provider = AWSCloudProvider(cluster=_cluster_info(settings, client, clients), region=region,
                                 k8s_version=client.server_version(), ec2=clients.ec2, ssm=clients.ssm,
                                 iam=clients.iam, instance_types=types)
@@ -101,7 +111,7 @@ def wire(settings: Settings, client: KubeClient, cloud: CloudProvider, aws: Any,
          is_leader: Callable[[], bool]) -> tuple[Runtime, Callable[[], None]]:
     """Build the controllers and connect informer events to their queues; returns the runtime and the function that
     starts the leader's work."""
-    from controller.lifecycle.controller import LifecycleController
+    from controller.lifecycle.controller import LifecycleController, lifecycle_queue
     from controller.nodepool.status import NodePoolStatusController
     from controller.provisioning.batcher import Batcher
     from controller.provisioning.provisioner import Provisioner
@@ -112,13 +122,14 @@ def wire(settings: Settings, client: KubeClient, cloud: CloudProvider, aws: Any,
     provisioner = Provisioner(cluster, client, cloud, recorder,
                               Batcher(settings.batch_idle_duration, settings.batch_max_duration), is_leader,
                               preference_policy=settings.preference_policy,
-                              min_values_policy=settings.min_values_policy)
+                              min_values_policy=settings.min_values_policy,
+                              ignore_dra_requests=settings.ignore_dra_requests)
     lifecycle = LifecycleController(cluster, client, cloud, recorder, on_deleted=provisioner.trigger)
     disruption = _disruption(settings, cluster, client, provisioner, recorder, is_leader)
     terminator = Terminator(client, cluster, cloud, recorder)
     nodepools = NodePoolStatusController(cluster, client)
-    c_lifecycle = Controller("nodeclaim.lifecycle", lifecycle.reconcile, workers=4, recorder=recorder,
-                             lookup=cluster.nodeclaim)
+    c_lifecycle = Controller("nodeclaim.lifecycle", lifecycle.reconcile, workers=4, queue=lifecycle_queue(),
+                             recorder=recorder, lookup=cluster.nodeclaim)
     c_claim_term = Controller("nodeclaim.termination", terminator.reconcile_nodeclaim, workers=4, recorder=recorder,
                               lookup=cluster.nodeclaim)
     c_node_term = Controller("node.termination", terminator.reconcile_node, workers=4, recorder=recorder,
@@ -137,11 +148,20 @@ def wire(settings: Settings, client: KubeClient, cloud: CloudProvider, aws: Any,
         c_nodeclass = Controller("nodeclass.status", nodeclasses.reconcile, workers=1, recorder=recorder,
                                  lookup=cluster.nodeclass)
     else:
-        from controller.cloud.fake.nodeclass import FakeNodeClassController
+        from controller.nodeclass.fake import FakeNodeClassController
 
         c_nodeclass = Controller("nodeclass.status", FakeNodeClassController(cluster, client).reconcile, workers=1,
                                  recorder=recorder, lookup=cluster.nodeclass)
     rt.controllers.append(c_nodeclass)
+    c_static: Controller | None = None
+    static: Any = None
+    if settings.feature_gate("StaticCapacity"):
+        from controller.provisioning.static import StaticProvisioner
+
+        static = StaticProvisioner(cluster, client)
+        c_static = Controller("static.provisioning", static.reconcile, workers=1, recorder=recorder,
+                              lookup=cluster.nodepool)
+        rt.controllers.append(c_static)
 
     def on_nodeclaim(event: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
         obj = new if new is not None else old
@@ -163,6 +183,10 @@ def wire(settings: Settings, client: KubeClient, cloud: CloudProvider, aws: Any,
         pool = (obj["metadata"].get("labels") or {}).get(L.NODEPOOL)
         if pool:
             c_nodepool.queue.add(pool)
+        gone = event == "DELETED" or (obj["metadata"].get("deletionTimestamp")
+                                      and (old is None or not old["metadata"].get("deletionTimestamp")))
+        if c_static is not None and gone and static.pool_of(obj):
+            c_static.queue.add(static.pool_of(obj))  # a static pool lost a NodeClaim: make up the count
 
     def on_node(event: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
         obj = new if new is not None else old
@@ -186,6 +210,8 @@ def wire(settings: Settings, client: KubeClient, cloud: CloudProvider, aws: Any,
         obj = new if new is not None else old
         if obj is not None:
             c_nodepool.queue.add(obj["metadata"]["name"])  # a deleted pool's gauges are cleared there
+            if c_static is not None and event != "DELETED":
+                c_static.queue.add(obj["metadata"]["name"])
             if event != "DELETED":
                 provisioner.trigger()
 
@@ -229,6 +255,7 @@ def wire(settings: Settings, client: KubeClient, cloud: CloudProvider, aws: Any,
             rt.threads.extend(c.start(rt.lead_stop))
         rt.threads.append(_thread("provisioner", provisioner.run, rt.lead_stop))
         _thread("warm-instance-types", provisioner.warm, rt.lead_stop)
+        rt.threads.append(_thread("provisioner-requeue", provisioner.requeue_loop, rt.lead_stop))
         rt.threads.append(_thread("disruption", disruption.run, rt.lead_stop))
         provisioner.trigger()
         if aws is not None:

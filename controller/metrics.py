@@ -17,15 +17,14 @@ import re
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from importlib import metadata
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import prometheus_client
 from prometheus_client import CollectorRegistry
 
-if TYPE_CHECKING:  # the provider imports the scheduler; metrics stays light for every importer
-    from controller.cloud.provider import LaunchedNode, LaunchRequest, NodeClass
+from controller.api import labels as L
 
 # Karpenter's exposition has no `<name>_created` series
 prometheus_client.disable_created_metrics()
@@ -319,6 +318,13 @@ def bounded(value: str, allowed: frozenset[str], other: str = "other") -> str:
     return value if value in allowed else other
 
 
+def nodeclaim_disrupted(claim: Mapping[str, Any], reason: str) -> None:
+    """karpenter_nodeclaims_disrupted_total for a NodeClaim deleted for reason, labelled from the NodeClaim's labels."""
+    labels = (claim.get("metadata") or {}).get("labels") or {}
+    NODECLAIMS_DISRUPTED.labels(reason=reason, nodepool=labels.get(L.NODEPOOL, ""),
+                                capacity_type=labels.get(L.CAPACITY_TYPE, "")).inc()
+
+
 @contextlib.contextmanager
 def measure(histogram: Histogram | Summary, **labels: str) -> Iterator[None]:
     """Observe the seconds the block took into `histogram` (with `labels`), also when the block raises."""
@@ -330,7 +336,7 @@ def measure(histogram: Histogram | Summary, **labels: str) -> Iterator[None]:
         target.observe(time.perf_counter() - start)
 
 
-# ---- the cloud provider, metered (Karpenter's cloudprovider/metrics decorator) ---------------------------------------
+# ---- which controller makes a call (the metered cloud provider's controller label) ---------------------------------
 _CONTROLLER: contextvars.ContextVar[str] = contextvars.ContextVar("karpy_controller", default="")
 _WORKER_SUFFIX = re.compile(r"-\d+$")
 
@@ -348,48 +354,3 @@ def controller_context(name: str) -> Iterator[None]:
 def controller_name() -> str:
     """The controller making the current call: the context's, else the thread's name without a worker number."""
     return _CONTROLLER.get() or _WORKER_SUFFIX.sub("", threading.current_thread().name)
-
-
-class MeteredCloudProvider:
-    """A CloudProvider whose Create, Delete, Get, List and GetInstanceTypes are timed into
-    karpenter_cloudprovider_duration_seconds and whose errors are counted in karpenter_cloudprovider_errors_total,
-    labelled by controller, method and provider ("aws", "fake"); everything else is the wrapped provider's."""
-
-    def __init__(self, inner: Any, provider: str) -> None:
-        self.inner = inner
-        self.provider = provider
-
-    def _call(self, method: str, fn: Callable[..., Any], *args: Any) -> Any:
-        labels = {"controller": controller_name(), "method": method, "provider": self.provider}
-        start = time.perf_counter()
-        try:
-            return fn(*args)
-        except Exception as e:
-            CLOUDPROVIDER_ERRORS.labels(**labels, error=bounded(type(e).__name__, CLOUDPROVIDER_ERROR_TYPES, "")).inc()
-            raise
-        finally:
-            CLOUDPROVIDER_DURATION.labels(**labels).observe(time.perf_counter() - start)
-
-    def create(self, request: LaunchRequest, nodeclass: NodeClass) -> LaunchedNode:
-        """CloudProvider.create, metered."""
-        launched: LaunchedNode = self._call("Create", self.inner.create, request, nodeclass)
-        return launched
-
-    def delete(self, provider_id: str) -> None:
-        """CloudProvider.delete, metered."""
-        self._call("Delete", self.inner.delete, provider_id)
-
-    def get(self, provider_id: str) -> Any:
-        """CloudProvider.get, metered."""
-        return self._call("Get", self.inner.get, provider_id)
-
-    def list(self) -> Any:
-        """CloudProvider.list, metered."""
-        return self._call("List", self.inner.list)
-
-    def get_instance_types(self, nodeclass: NodeClass) -> Any:
-        """CloudProvider.get_instance_types, metered."""
-        return self._call("GetInstanceTypes", self.inner.get_instance_types, nodeclass)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)

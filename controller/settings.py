@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlparse
 
+from controller.api.durations import parse_go_duration as parse_duration  # the name settings callers know
+
 GLOBAL_SETTINGS = "karpenter-global-settings"
 CONFIG_LOGGING = "config-logging"
 ZAP_LOGGER_CONFIG = "zap-logger-config"
@@ -44,6 +46,13 @@ FEATURE_GATE_DEFAULTS: dict[str, bool] = {
     "RebalanceRecommendationDrift": False,
     # multi-node consolidation may replace N candidates with M < N cheaper NodeClaims (Karpenter: N -> 1)
     "ManyToManyConsolidation": False,
+}
+# Karpenter's gates whose feature karpy's controller does not have: enabling one is refused when the controller starts
+# (--check-config shows it as a warning), so a gate never silently does nothing
+UNSUPPORTED_FEATURE_GATES: dict[str, str] = {
+    "NodeRepair": "node repair",
+    "NodeOverlay": "NodeOverlays",
+    "CapacityBuffer": "capacity buffers",
 }
 REMOVED_FEATURE_GATES = {"Drift": "Drift is always on since Karpenter v1 (control it with disruption budgets)"}
 
@@ -75,34 +84,6 @@ def show_value(value: str, limit: int = SHOWN_VALUE_CHARS) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------------- parsing
-_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h)")
-_DURATION_UNITS_NS = {"ns": 1, "us": 10**3, "µs": 10**3, "μs": 10**3, "ms": 10**6, "s": 10**9, "m": 60 * 10**9,
-                      "h": 3600 * 10**9}
-
-
-def parse_duration(text: str) -> float:
-    """Seconds in a Go duration string ("1s", "500ms", "1m30s", "1.5h"; "0" alone is allowed), as time.ParseDuration
-    reads it. ValueError otherwise."""
-    s = text.strip()
-    sign = 1
-    if s[:1] in ("+", "-"):
-        sign = -1 if s[0] == "-" else 1
-        s = s[1:]
-    if s == "0":
-        return 0.0
-    if not s:
-        raise ValueError("empty duration")
-    total_ns = 0.0
-    pos = 0
-    while pos < len(s):
-        m = _DURATION_PART.match(s, pos)
-        if m is None:
-            raise ValueError(f"not a Go duration: {text!r}")
-        total_ns += float(m.group(1)) * _DURATION_UNITS_NS[m.group(2)]
-        pos = m.end()
-    return sign * total_ns / 1e9
-
-
 def _fraction(value: int, unit: int) -> str:
     whole, frac = divmod(value, unit)
     digits = str(frac).rjust(len(str(unit)) - 1, "0").rstrip("0")
@@ -179,6 +160,12 @@ def parse_feature_gates(text: str, known: Mapping[str, bool] = FEATURE_GATE_DEFA
         except ValueError:
             raise ValueError(f"invalid value {show_value(value.strip(), 20)} for feature gate {name}") from None
     return out
+
+
+def unsupported_feature_gates(gates: Mapping[str, bool]) -> list[str]:
+    """One line per enabled gate whose feature karpy does not implement (empty when every enabled gate works)."""
+    return [f"FEATURE_GATES: {name}=true is not supported by karpy ({what}); remove it or set {name}=false"
+            for name, what in UNSUPPORTED_FEATURE_GATES.items() if gates.get(name)]
 
 
 def format_feature_gates(gates: Mapping[str, bool]) -> str:
@@ -263,6 +250,14 @@ def _percent(text: str) -> float:
     if not 0 <= value <= 1:
         raise ValueError("want a fraction between 0 and 1 (0.075 is 7.5%)")
     return value
+
+
+def _ignore_dra(text: str) -> bool:
+    """IGNORE_DRA_REQUESTS: true (Karpenter's default) refuses pods that claim devices; false asks Karpenter to
+    simulate device allocation over ResourceSlices, which karpy does not do, so it is refused at start."""
+    if not parse_bool(text):
+        raise ValueError("false is not supported: karpy does not simulate Dynamic Resource Allocation")
+    return True
 
 
 def _choice(choices: tuple[str, ...], fold: bool = False) -> Callable[[str], str]:
@@ -368,6 +363,9 @@ SPECS: tuple[Spec, ...] = (
          "How the scheduler treats preferences: Respect or Ignore."),
     Spec("MIN_VALUES_POLICY", "min_values_policy", _choice(MIN_VALUES_POLICIES), "Strict",
          "Min values policy for scheduling: Strict or BestEffort."),
+    Spec("IGNORE_DRA_REQUESTS", "ignore_dra_requests", _ignore_dra, True,
+         "Refuse to provision for pods with Dynamic Resource Allocation requests (only true is supported).",
+         bool_flag=True, show=_show_bool),
     Spec("VM_MEMORY_OVERHEAD_PERCENT", "vm_memory_overhead_percent", _percent, 0.075,
          "The VM memory overhead as a fraction subtracted from every instance type's memory.", show=_show_float),
     Spec("RESERVED_ENIS", "reserved_enis", _non_negative_int, 0,
@@ -414,6 +412,7 @@ class Settings:
     feature_gates: dict[str, bool] = field(default_factory=lambda: dict(FEATURE_GATE_DEFAULTS), hash=False)
     preference_policy: str = "Respect"
     min_values_policy: str = "Strict"
+    ignore_dra_requests: bool = True
     vm_memory_overhead_percent: float = 0.075
     reserved_enis: int = 0
     isolated_vpc: bool = False

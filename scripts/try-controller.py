@@ -2,7 +2,7 @@
 kube-apiserver, kube-scheduler, kube-controller-manager) for EKS, and a small kubelet stand-in registers a Node for
 every instance the controller launches so the real scheduler binds pods to it.
 
-    .venv/bin/python scripts/try-controller.py            # world + controller; Ctrl-C stops everything
+    .venv/bin/python scripts/try-controller.py            # world + controller; Ctrl-C (or SIGTERM) stops everything
     .venv/bin/python scripts/try-controller.py --demo 8   # and a Deployment of 8 pods to provision for
 
 It prints the kubeconfig and the settings it runs the controller with; the controller's JSON logs follow on stdout.
@@ -34,8 +34,56 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+class Stopped(Exception):
+    """SIGTERM or SIGHUP: stop everything, as on Ctrl-C."""
+
+
+def _stop_on_signal(signum: int, frame: Any) -> None:
+    raise Stopped(signal.Signals(signum).name)
+
+
+def _started_pids(run: Path) -> list[int]:
+    """Every process group the start scripts launched so far (read at stop time: a stop during a start script still
+    finds what it had started)."""
+    pids: list[int] = []
+    for f in (run / "kube" / "pids", run / "localstack" / "pid"):
+        with contextlib.suppress(OSError):
+            pids += [int(p) for p in f.read_text().split() if p.isdigit()]
+    return pids
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # a zombie is gone for our purposes: it only waits for its parent to read its status
+    with contextlib.suppress(OSError):
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][:1] != "Z"
+    return True
+
+
+def stop_all(pids: list[int], grace: float = 30.0) -> list[int]:
+    """SIGTERM each process group, SIGKILL what outlives grace; the pids still alive (none unless unkillable)."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, sig)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)  # not a group leader after all
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and any(_alive(p) for p in pids):
+            time.sleep(0.1)
+        pids = [p for p in pids if _alive(p)]
+        if not pids:
+            break
+    return pids
+
+
 def main() -> int:
-    """Start the world and the controller; stop everything on Ctrl-C."""
+    """Start the world and the controller; stop everything on Ctrl-C, SIGTERM or SIGHUP, or when it fails."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--demo", type=int, default=0, metavar="PODS", help="also create a Deployment of PODS pods")
     a = ap.parse_args()
@@ -46,17 +94,17 @@ def main() -> int:
     from tests.e2e.world import create_aws_world, create_nodeclass, install_crds
 
     run = Path(tempfile.mkdtemp(prefix="karpy-try-"))
-    pids: list[int] = []
+    print(f"run dir:    {run}", flush=True)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _stop_on_signal)
     controller: subprocess.Popen[bytes] | None = None
     sim = None
     try:
         subprocess.run(["bash", str(ROOT / "scripts" / "start-kube-control-plane.sh"), str(run / "kube")],
                        check=True)
-        pids += [int(p) for p in (run / "kube" / "pids").read_text().split()]
         port = _free_port()
         subprocess.run(["bash", str(ROOT / "scripts" / "start-localstack.sh"), str(run / "localstack"), str(port)],
                        check=True)
-        pids.append(int((run / "localstack" / "pid").read_text()))
         endpoint = f"http://127.0.0.1:{port}"
         kubeconfig = str(run / "kube" / "kubeconfig")
         api = config.new_client_from_config(config_file=kubeconfig)
@@ -96,18 +144,22 @@ def main() -> int:
                              "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}]}}}}
             client.AppsV1Api(api).create_namespaced_deployment("default", demo)
         return controller.wait()
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Stopped):
         return 0
     finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the cleanup short
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN)
         if controller is not None and controller.poll() is None:
             controller.send_signal(signal.SIGTERM)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 controller.wait(30)
+        if controller is not None and controller.poll() is None:
+            controller.kill()
         if sim is not None:
             sim.stop()
-        for pid in reversed(pids):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pid, signal.SIGTERM)
+        left = stop_all(list(reversed(_started_pids(run))))
+        print(f"stopped{'; still running: ' + ' '.join(map(str, left)) if left else ''}", flush=True)
 
 
 if __name__ == "__main__":

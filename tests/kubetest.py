@@ -19,8 +19,22 @@ def _established(ext: Any, name: str) -> bool:
     return any(c.type == "Established" and c.status == "True" for c in conditions)
 
 
+def _served(custom: Any, crd: dict[str, Any]) -> bool:
+    """Whether the apiserver serves the CRD's resource yet: Established can turn True before its handler answers, and
+    a create in that gap is a 404 (a busy machine widens it)."""
+    spec = crd["spec"]
+    version = next(v["name"] for v in spec["versions"] if v.get("storage"))
+    try:
+        custom.list_cluster_custom_object(spec["group"], version, spec["names"]["plural"], limit=1)
+    except client.ApiException as e:
+        if e.status == 404:
+            return False
+        raise
+    return True
+
+
 def install_crds(api: Any) -> None:
-    """Create karpy's CRDs (if absent) and wait until they are established."""
+    """Create karpy's CRDs (if absent) and wait until they are established and their resources served."""
     ext = client.ApiextensionsV1Api(api)
     for crd in crd_manifests():
         try:
@@ -32,10 +46,11 @@ def install_crds(api: Any) -> None:
             current = ext.read_custom_resource_definition(crd["metadata"]["name"])
             crd = {**crd, "metadata": {**crd["metadata"], "resourceVersion": current.metadata.resource_version}}
             ext.replace_custom_resource_definition(crd["metadata"]["name"], crd)
-    deadline = time.monotonic() + 30
+    custom = client.CustomObjectsApi(api)
+    deadline = time.monotonic() + 180  # generous: the machine is shared
     for crd in crd_manifests():
-        while not _established(ext, crd["metadata"]["name"]):
-            assert time.monotonic() < deadline, f"CRD {crd['metadata']['name']} not established in 30 s"
+        while not (_established(ext, crd["metadata"]["name"]) and _served(custom, crd)):
+            assert time.monotonic() < deadline, f"CRD {crd['metadata']['name']} not established and served in 180 s"
             time.sleep(0.2)
 
 

@@ -61,6 +61,11 @@ def is_true(status: dict[str, Any] | None, type_: str) -> bool:
     return c is not None and c.get("status") == "True"
 
 
+def node_ready(node: dict[str, Any] | None) -> bool:
+    """Whether a Node's Ready condition is True (the one readiness check for Nodes)."""
+    return is_true((node or {}).get("status"), "Ready")
+
+
 def parse_time(value: str | None) -> float | None:
     """An RFC 3339 timestamp as epoch seconds (None when absent or malformed)."""
     if not value:

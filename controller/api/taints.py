@@ -60,3 +60,26 @@ class Taint:
     def tolerated_by(self, tolerations: Iterable[Toleration]) -> bool:
         """Whether any of the tolerations tolerates this taint."""
         return any(tolerates(t, self) for t in tolerations)
+
+    def matches(self, other: Taint) -> bool:
+        """Kubernetes' MatchTaint: the same key and effect (the value is not compared)."""
+        return self.key == other.key and self.effect == other.effect
+
+
+# Taints a node carries while it starts (Karpenter's scheduling.KnownEphemeralTaints): on its own nodes Karpenter
+# ignores them until the node is initialized, and initialization waits for them to be gone
+KNOWN_EPHEMERAL_TAINTS = (
+    Taint("node.kubernetes.io/not-ready", "", "NoSchedule"),
+    Taint("node.kubernetes.io/not-ready", "", "NoExecute"),
+    Taint("node.kubernetes.io/unreachable", "", "NoSchedule"),
+    Taint("node.cloudprovider.kubernetes.io/uninitialized", "true", "NoSchedule"),
+    Taint("karpenter.sh/unregistered", "", "NoExecute"),
+)
+# key prefixes of taint families that are ephemeral too (the Node Readiness Controller's readiness.k8s.io/<rule>)
+KNOWN_EPHEMERAL_TAINT_KEY_PREFIXES = ("readiness.k8s.io/",)
+
+
+def is_known_ephemeral(taint: Taint) -> bool:
+    """Karpenter's IsKnownEphemeralTaint: matches a known ephemeral taint (key and effect) or a known key prefix."""
+    return any(t.matches(taint) for t in KNOWN_EPHEMERAL_TAINTS) or taint.key.startswith(
+        KNOWN_EPHEMERAL_TAINT_KEY_PREFIXES)

@@ -14,7 +14,6 @@ Cadence: every 10 s for the first 20 successful runs, then every 2 minutes.
 
 from __future__ import annotations
 
-import importlib
 import logging
 import threading
 import time
@@ -22,6 +21,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from controller import metrics as M
 from controller.api import conditions as C
 from controller.api import labels as L
 from controller.cloud.aws.errors import NodeClaimNotFoundError
@@ -33,11 +33,6 @@ from controller.state.cluster import Cluster
 
 log = logging.getLogger("karpy.garbagecollection")
 
-try:  # metrics are best effort until the metrics module is there
-    _metrics: Any = importlib.import_module("controller.metrics")
-except ImportError:  # pragma: no cover - depends on the tree
-    _metrics = None
-
 GRACE_SECONDS = 30.0
 FAST_INTERVAL_SECONDS = 10.0
 FAST_RUNS = 20
@@ -45,27 +40,6 @@ SLOW_INTERVAL_SECONDS = 120.0
 INSTANCES = "instances"
 NODECLAIMS = "nodeclaims"
 NODES = "nodes"
-
-
-def _count_disrupted(claim: dict[str, Any]) -> None:
-    metric = getattr(_metrics, "NODECLAIMS_DISRUPTED", None) if _metrics is not None else None
-    if metric is None:
-        return
-    labels = (claim.get("metadata") or {}).get("labels") or {}
-    values = {"reason": "garbage_collected", "nodepool": labels.get(L.NODEPOOL, ""),
-              "capacity_type": labels.get(L.CAPACITY_TYPE, "")}
-    try:
-        names = tuple(getattr(metric, "_labelnames", ()) or ())
-        (metric.labels(**{n: values.get(n, "") for n in names}) if names else metric).inc()
-    except Exception:  # a metric is never worth a failed collection
-        log.debug("counting a garbage-collected nodeclaim failed", exc_info=True)
-
-
-def _node_ready(node: dict[str, Any]) -> bool:
-    for c in (node.get("status") or {}).get("conditions") or []:
-        if c.get("type") == "Ready":
-            return bool(c.get("status") == "True")
-    return False
 
 
 class GarbageCollector:
@@ -167,7 +141,7 @@ class GarbageCollector:
             if since is not None and now - since <= self.grace_seconds:
                 continue  # the cloud's list may not show a just-launched instance yet
             node = self.cluster.node_for_provider_id(pid)
-            if node is not None and _node_ready(node):
+            if node is not None and C.node_ready(node):
                 continue  # the kubelet is still running: wait until the Node says otherwise
             try:
                 self.cloud.get(pid)
@@ -182,7 +156,7 @@ class GarbageCollector:
             except ConflictError:  # a different NodeClaim of that name now: not ours to delete
                 continue
             self.collected[NODECLAIMS] += 1
-            _count_disrupted(claim)
+            M.nodeclaim_disrupted(claim, "garbage_collected")
             log.info("garbage collecting nodeclaim with no cloudprovider representation", extra={
                 "controller": "nodeclaim.garbagecollection", "NodeClaim": {"name": name},
                 "Node": {"name": status.get("nodeName", "")}, "provider-id": pid})

@@ -14,7 +14,6 @@ Only the leader receives from the queue.
 from __future__ import annotations
 
 import copy
-import importlib
 import logging
 import re
 import threading
@@ -22,6 +21,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from controller import metrics as M
 from controller.api import conditions as C
 from controller.api import labels as L
 from controller.cloud.aws.interruption import (
@@ -35,9 +35,9 @@ from controller.cloud.aws.interruption import (
     InterruptionQueue,
     message_type,
 )
+from controller.cloud.aws.messages import Action, Event, action_for
 from controller.cloud.aws.unavailable import UnavailableOfferings
 from controller.cloud.provider import CloudProvider
-from controller.interruption.messages import Action, Event, action_for
 from controller.kube import resources as R
 from controller.kube.client import KubeClient
 from controller.kube.errors import ConflictError, NotFoundError
@@ -45,11 +45,6 @@ from controller.kube.events import Recorder
 from controller.state.cluster import Cluster
 
 log = logging.getLogger("karpy.interruption")
-
-try:  # metrics are best effort until the metrics module is there
-    _metrics: Any = importlib.import_module("controller.metrics")
-except ImportError:  # pragma: no cover - depends on the tree
-    _metrics = None
 
 INSTANCE_ID = re.compile(r"i-(?:[0-9a-f]{8}|[0-9a-f]{17})")
 _PROVIDER_ID = re.compile(r"aws:///[^/]*/(i-[0-9a-f]+)")
@@ -86,19 +81,6 @@ def instance_id_of(provider_id: str) -> str:
 
 def _labels(obj: dict[str, Any] | None) -> dict[str, str]:
     return dict(((obj or {}).get("metadata") or {}).get("labels") or {})
-
-
-def _count_disrupted(claim: dict[str, Any], reason: str) -> None:
-    metric = getattr(_metrics, "NODECLAIMS_DISRUPTED", None) if _metrics is not None else None
-    if metric is None:
-        return
-    values = {"reason": reason, "nodepool": _labels(claim).get(L.NODEPOOL, ""),
-              "capacity_type": _labels(claim).get(L.CAPACITY_TYPE, "")}
-    try:
-        names = tuple(getattr(metric, "_labelnames", ()) or ())
-        (metric.labels(**{n: values.get(n, "") for n in names}) if names else metric).inc()
-    except Exception:
-        log.debug("counting a disrupted nodeclaim failed", exc_info=True)
 
 
 class InterruptionController:
@@ -216,7 +198,7 @@ class InterruptionController:
         self._publish(claim, node, "Warning", TERMINATING_ON_INTERRUPTION,
                       "Interruption triggered termination for the NodeClaim",
                       "Interruption triggered termination for the Node")
-        _count_disrupted(claim, kind)
+        M.nodeclaim_disrupted(claim, kind)
 
     def _mark_drifted(self, claim: dict[str, Any], extra: dict[str, Any]) -> None:
         """Drifted/RebalanceRecommendation on the NodeClaim (kept by the disruption conditions controller while the

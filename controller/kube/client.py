@@ -167,8 +167,8 @@ class KubeClient:
 
     def watch(self, res: R.Resource, resource_version: str, timeout_seconds: int = 300,
               namespace: str | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
-        """Events from resource_version on: (ADDED|MODIFIED|DELETED, object); BOOKMARKs are consumed. A 410 raises
-        GoneError; the iterator ends when the server closes the watch."""
+        """Events from resource_version on: (ADDED|MODIFIED|DELETED|BOOKMARK, object); a BOOKMARK carries only the
+        resourceVersion to resume from. A 410 raises GoneError; the iterator ends when the server closes the watch."""
         res = self.resolve(res)
         resp = self.request("GET", res.path(namespace), {"watch": 1, "resourceVersion": resource_version,
                                                           "allowWatchBookmarks": "true",
@@ -189,8 +189,6 @@ class KubeClient:
                         if code == 410:
                             raise GoneError(410, str(obj.get("reason", "Expired")), str(obj.get("message", "")))
                         raise from_response(code, json.dumps(obj))
-                    if kind == "BOOKMARK":
-                        continue
                     obj.setdefault("apiVersion", res.api_version)
                     obj.setdefault("kind", res.kind)
                     yield str(kind), obj
@@ -229,11 +227,17 @@ class KubeClient:
             body["preconditions"] = {"uid": uid}
         self.request("DELETE", res.path(namespace, name), body=body)
 
-    def evict(self, namespace: str, name: str, grace_period_seconds: int | None = None) -> None:
-        """The Eviction API: TooManyRequestsError while a PodDisruptionBudget does not allow it."""
+    def evict(self, namespace: str, name: str, grace_period_seconds: int | None = None, uid: str | None = None) -> None:
+        """The Eviction API: TooManyRequestsError while a PodDisruptionBudget does not allow it; uid makes it apply to
+        that pod only (ConflictError when the name now belongs to another), as Karpenter's eviction queue sends it."""
         policy = self.resolve(R.PDBS)
         body: dict[str, Any] = {"apiVersion": f"policy/{policy.version}", "kind": "Eviction",
                                 "metadata": {"name": name, "namespace": namespace}}
+        options: dict[str, Any] = {}
         if grace_period_seconds is not None:
-            body["deleteOptions"] = {"gracePeriodSeconds": grace_period_seconds}
+            options["gracePeriodSeconds"] = grace_period_seconds
+        if uid:
+            options["preconditions"] = {"uid": uid}
+        if options:
+            body["deleteOptions"] = options
         self.request("POST", R.PODS.path(namespace, name, "eviction"), body=body)

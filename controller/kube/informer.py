@@ -2,7 +2,8 @@
 
 The first list is delivered to handlers as ADDED events; then the watch streams changes. When the watch ends, drops,
 or answers 410 Gone, the informer relists and replays the difference (ADDED, MODIFIED, DELETED) so that no change is
-lost, then watches again from the new list's resourceVersion.
+lost, then watches again from the new list's resourceVersion. Watches ask for BOOKMARKs (allowWatchBookmarks), whose
+resourceVersion the next watch resumes from, so a quiet resource does not fall behind compaction into a 410 relist.
 """
 
 from __future__ import annotations
@@ -123,6 +124,8 @@ class Informer:
                     rv = self._relist()
                 for event, obj in self.client.watch(self.res, rv, self.watch_timeout, self.namespace):
                     rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)
+                    if event == "BOOKMARK":  # progress only: a later watch resumes from here, not from a compacted rv
+                        continue
                     self._apply(event, obj)
                     backoff = 0.5
                     if stop.is_set():

@@ -72,12 +72,20 @@ class WorkQueue:
             heapq.heappush(self._delayed, (time.monotonic() + delay, self._seq, key))
             self._cond.notify()
 
+    def _backoff(self, failures: int) -> float:
+        return float(min(self.base_delay * (2 ** min(failures, 40)), self.max_delay))
+
+    def next_backoff(self, key: str) -> float:
+        """The delay the next add_rate_limited(key) waits: base * 2^failures, capped at max_delay."""
+        with self._cond:
+            return self._backoff(self._failures.get(key, 0))
+
     def add_rate_limited(self, key: str) -> None:
         """Queue key after its backoff: base * 2^failures, capped at max_delay."""
         with self._cond:
             n = self._failures.get(key, 0)
             self._failures[key] = n + 1
-        self.add_after(key, min(self.base_delay * (2 ** min(n, 40)), self.max_delay))
+        self.add_after(key, self._backoff(n))
 
     def failures(self, key: str) -> int:
         """How many times in a row key has been rate-limited."""

@@ -19,6 +19,7 @@ from controller.api import conditions as C
 from controller.api import labels as L
 from controller.api.nodeclasshash import hash_annotations
 from controller.api.quantity import QuantityError, resources_from_dict
+from controller.api.taints import Taint, is_known_ephemeral
 from controller.cloud.errors import InsufficientCapacityError, NodeClassNotReadyError
 from controller.cloud.provider import CloudProvider, LaunchedNode, LaunchRequest, NodeClass
 from controller.failpoints import failpoint
@@ -26,7 +27,7 @@ from controller.kube import resources as R
 from controller.kube.client import KubeClient
 from controller.kube.errors import InvalidError, NotFoundError
 from controller.kube.events import Recorder
-from controller.kube.workqueue import Result
+from controller.kube.workqueue import Result, WorkQueue
 from controller.provisioning.nodeclaimtemplate import resource_list
 from controller.state.cluster import Cluster, provider_id
 
@@ -34,10 +35,15 @@ log = logging.getLogger("karpy.nodeclaim.lifecycle")
 
 LAUNCH_TIMEOUT = 5 * 60.0
 REGISTRATION_TIMEOUT = 15 * 60.0
-# taints a node carries while it starts, which do not count against initialization once gone
-EPHEMERAL_TAINTS = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable",
-                              "node.cloudprovider.kubernetes.io/uninitialized", L.UNREGISTERED_TAINT_KEY})
+# Karpenter's lifecycle controller retries a failed reconcile (a launch error) from 1 s doubling to 1 min
+ERROR_BACKOFF_BASE = 1.0
+ERROR_BACKOFF_MAX = 60.0
 WELL_KNOWN_RESOURCES = frozenset({"cpu", "memory", "pods", "ephemeral-storage"})
+
+
+def lifecycle_queue() -> WorkQueue:
+    """The nodeclaim.lifecycle work queue, with Karpenter's per-item error backoff."""
+    return WorkQueue("nodeclaim.lifecycle", base_delay=ERROR_BACKOFF_BASE, max_delay=ERROR_BACKOFF_MAX)
 
 
 def _ref(claim: dict[str, Any]) -> dict[str, Any]:
@@ -111,11 +117,13 @@ class LifecycleController:
 
     # ---- launch ------------------------------------------------------------------------------------------------
     def _delete(self, claim: dict[str, Any], reason: str) -> None:
+        """Delete the NodeClaim given up on, counted in karpenter_nodeclaims_disrupted_total with reason."""
         name = claim["metadata"]["name"]
         try:
             self.client.delete(R.NODECLAIMS, name, uid=claim["metadata"].get("uid"))
         except NotFoundError:
             return
+        M.nodeclaim_disrupted(claim, reason)
         # karpenter_nodeclaims_terminated_total is counted once, by the Terminator when the finalizer goes
         log.info("deleted nodeclaim", extra={**_ref(claim), "reason": reason, "controller": "nodeclaim.lifecycle"})
         self.on_deleted()
@@ -155,7 +163,7 @@ class LifecycleController:
             self.recorder.publish(claim, "Warning", "NodeClassNotReady", why)
             return Result(requeue_after=5.0)
         try:
-            # timed and counted by metrics.MeteredCloudProvider
+            # timed and counted by cloud.metered.MeteredCloudProvider
             launched = self.cloud.create(LaunchRequest.from_manifest(claim), NodeClass.from_manifest(nodeclass))
         except InsufficientCapacityError as e:
             message = str(e)[:300]
@@ -169,7 +177,8 @@ class LifecycleController:
             self._write_status(claim)
             return Result(requeue_after=5.0)
         except Exception as e:
-            if C.set_condition(status, "Launched", False, "LaunchFailed", str(e)[:300]):
+            # Launched stays Unknown (the launch timeout still runs from its transition); the error backs off
+            if C.set_condition(status, "Launched", None, "LaunchFailed", str(e)[:300]):
                 self._write_status(claim)
             raise
         failpoint("lifecycle.after-create")  # a crash between CreateFleet and the status write
@@ -218,6 +227,8 @@ class LifecycleController:
         status = claim["status"]
         pid = provider_id(claim)
         node = self.cluster.node_for_provider_id(pid)
+        if node is None and C.is_true(status, "Registered"):
+            return None  # liveness ends at registration: a Node gone since is termination's or GC's, not a timeout
         if node is None:
             # liveness.go: not Registered 15 min after Registered's last transition (Unknown since creation)
             if self._since(claim, "Registered") > REGISTRATION_TIMEOUT:
@@ -242,12 +253,14 @@ class LifecycleController:
         return Result(requeue_after=0.0)
 
     def _sync_node(self, claim: dict[str, Any], node: dict[str, Any], first: bool) -> None:
-        """Owner reference, finalizer, labels and taints from the NodeClaim; the unregistered taint removed."""
+        """Owner reference, finalizer, labels, annotations and taints from the NodeClaim; the unregistered taint
+        removed."""
         meta = node["metadata"]
         labels = dict(meta.get("labels") or {})
         labels.update(requirement_labels(claim))
         labels.update(claim["metadata"].get("labels") or {})
         labels[L.REGISTERED] = "true"
+        annotations = {**(meta.get("annotations") or {}), **(claim["metadata"].get("annotations") or {})}
         finalizers = list(meta.get("finalizers") or [])
         if L.TERMINATION_FINALIZER not in finalizers:
             finalizers.append(L.TERMINATION_FINALIZER)
@@ -264,7 +277,8 @@ class LifecycleController:
                     taints.append({k: v for k, v in t.items() if k in ("key", "value", "effect")})
                     have.add(_taint_key(t))
         self.client.patch(R.NODES, meta["name"], {
-            "metadata": {"labels": labels, "finalizers": finalizers, "ownerReferences": owners,
+            "metadata": {"labels": labels, "annotations": annotations, "finalizers": finalizers,
+                         "ownerReferences": owners,
                          "resourceVersion": meta.get("resourceVersion")},
             "spec": {"taints": taints}})
 
@@ -312,16 +326,15 @@ class LifecycleController:
     def _not_initialized(self, claim: dict[str, Any], node: dict[str, Any]) -> str:
         """Why the node is not initialized yet ("" when it is): Ready, startup and ephemeral taints gone, requested
         extended resources registered."""
-        ready = next((c for c in (node.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"), None)
-        if ready is None or ready.get("status") != "True":
+        if not C.node_ready(node):
             return "Node not ready"
-        taints = {_taint_key(t) for t in (node.get("spec") or {}).get("taints") or []}
-        for t in (claim.get("spec") or {}).get("startupTaints") or []:
-            if _taint_key(t) in taints:
-                return f"StartupTaint \"{t.get('key')}:{t.get('effect')}\" still exists"
-        for key, effect in taints:
-            if key in EPHEMERAL_TAINTS:
-                return f"KnownEphemeralTaint \"{key}:{effect}\" still exists"
+        taints = [Taint.from_dict(t) for t in (node.get("spec") or {}).get("taints") or [] if isinstance(t, dict)]
+        for startup in (claim.get("spec") or {}).get("startupTaints") or []:
+            if any(Taint.from_dict(startup).matches(t) for t in taints):
+                return f"StartupTaint \"{startup.get('key')}:{startup.get('effect')}\" still exists"
+        for t in taints:
+            if is_known_ephemeral(t):
+                return f"KnownEphemeralTaint \"{t.key}:{t.effect}\" still exists"
         try:
             requested = resources_from_dict(((claim.get("spec") or {}).get("resources") or {}).get("requests"))
             allocatable = resources_from_dict((node.get("status") or {}).get("allocatable"))

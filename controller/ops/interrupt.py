@@ -18,8 +18,8 @@ from botocore.exceptions import BotoCoreError, ClientError
 from controller.api import labels as L
 from controller.cloud.aws.events import sample_event
 from controller.cloud.aws.instances import LIVE_STATES, parse_provider_id
+from controller.cloud.aws.messages import SpotInterruption, parse_message
 from controller.cloud.aws.tags import owned_by
-from controller.interruption.messages import SpotInterruption, parse_message
 from controller.ops.errors import OpsError
 
 _INSTANCE_ID = re.compile(r"^i-[0-9a-f]{8,17}$")

@@ -10,40 +10,24 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from controller.api import labels as L
 from controller.api.quantity import QuantityError, to_canonical
+from controller.api.taints import is_known_ephemeral
 from controller.catalog.types import InstanceType
 from controller.scheduling.pod import Pod, PodError, pod_from_dict
 from controller.scheduling.requirements import Requirement, Requirements
 from controller.scheduling.types import ExistingNode, SchedNodePool, Taint
-from controller.scheduling.volumes import VolumeError, volume_requirements
+from controller.scheduling.volumes import VolumeError, volume_alternatives
+from controller.scheduling.volumes import VolumeTopology as VolumeTopology  # re-exported
 
 UNSCHEDULABLE_TAINT = Taint("node.kubernetes.io/unschedulable", "", "NoSchedule")
-# Taints a node carries while it starts; Karpenter ignores them on its own nodes until they are initialized.
-KNOWN_EPHEMERAL_TAINTS = (
-    Taint("node.kubernetes.io/not-ready", "", "NoSchedule"),
-    Taint("node.kubernetes.io/not-ready", "", "NoExecute"),
-    Taint("node.kubernetes.io/unreachable", "", "NoSchedule"),
-    Taint("node.cloudprovider.kubernetes.io/uninitialized", "true", "NoSchedule"),
-    Taint(L.UNREGISTERED_TAINT_KEY, "", "NoExecute"),
-)
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
 
 class InputError(ValueError):
     """An object the scheduler cannot use; the message names the object (Kind/namespace/name) and the field."""
-
-
-@dataclass
-class VolumeTopology:
-    """What a pod's persistent volumes pin it to: claims by (namespace, name), volumes and StorageClasses by name."""
-
-    pvcs: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
-    pvs: dict[str, dict[str, Any]] = field(default_factory=dict)
-    storage_classes: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def _map(value: Any, where: str) -> dict[str, Any]:
@@ -102,6 +86,37 @@ def _taints(items: Any, where: str) -> list[Taint]:
         raise InputError(f"{where}.{e}") from None
 
 
+def _condition(obj: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:
+    status = obj.get("status")
+    for c in (status.get("conditions") or [] if isinstance(status, Mapping) else []):
+        if isinstance(c, Mapping) and c.get("type") == type_:
+            return c
+    return None
+
+
+def nodeclass_not_ready(nodeclass: dict[str, Any] | None, ref_name: str) -> str:
+    """Why an EC2NodeClass cannot be launched from ("" when Ready)."""
+    if nodeclass is None:
+        return f'EC2NodeClass "{ref_name}" not found'
+    if (nodeclass.get("metadata") or {}).get("deletionTimestamp"):
+        return f'EC2NodeClass "{ref_name}" is being deleted'
+    cond = _condition(nodeclass, "Ready")
+    if cond is None or cond.get("status") != "True":
+        why = (cond or {}).get("message") or "status not resolved yet"
+        return f'EC2NodeClass "{ref_name}" is not ready: {str(why)[:200]}'
+    return ""
+
+
+def nodepool_not_ready(nodepool: dict[str, Any]) -> str:
+    """Why a NodePool is not Ready by its own status ("" when Ready, or before its status has a Ready condition, when
+    its node class decides): Karpenter schedules only onto Ready NodePools."""
+    cond = _condition(nodepool, "Ready")
+    if cond is None or cond.get("status") == "True":
+        return ""
+    why = cond.get("message") or cond.get("reason") or "not ready"
+    return f'NodePool "{(nodepool.get("metadata") or {}).get("name")}" is not ready: {str(why)[:200]}'
+
+
 def node_pool(manifest: dict[str, Any], instance_types: list[InstanceType], used: dict[str, int],
               not_ready_reason: str = "") -> SchedNodePool:
     """A NodePool as the scheduler sees it: template requirements and labels (the pool's own name pinned), taints,
@@ -139,26 +154,77 @@ def node_pool(manifest: dict[str, Any], instance_types: list[InstanceType], used
                          not_ready_reason=not_ready_reason)
 
 
-def scheduling_pod(raw: dict[str, Any], volumes: VolumeTopology | None = None) -> Pod:
+def scheduling_pod(raw: dict[str, Any], volumes: VolumeTopology | None = None,
+                   namespace_labels: Mapping[str, Mapping[str, str]] | None = None) -> Pod:
     """A Pod manifest as the scheduler's Pod; with `volumes`, the zone requirements of its PersistentVolumeClaims are
-    folded into its node affinity (a bound EBS volume pins the pod to the volume's zone)."""
+    its volume terms (a bound EBS volume pins the pod to the volume's zone); `namespace_labels` resolves its affinity
+    terms' namespaceSelectors."""
     try:
-        pod = pod_from_dict(raw)
+        pod = pod_from_dict(raw, namespace_labels)
     except (PodError, QuantityError, ValueError, TypeError, AttributeError, KeyError) as e:
         raise InputError(f"{_ref('Pod', raw, namespaced=True)}: {e}") from None
     if volumes is None:
         return pod
     try:
-        reqs = volume_requirements(raw, volumes.pvcs, volumes.pvs, volumes.storage_classes)
+        alternatives = volume_alternatives(raw, volumes.pvcs, volumes.pvs, volumes.storage_classes)
     except VolumeError as e:
         raise InputError(f"Pod/{pod.namespace}/{pod.name}: {e}") from None
     except (ValueError, TypeError, AttributeError, KeyError) as e:
         raise InputError(f"Pod/{pod.namespace}/{pod.name}: volumes: {e}") from None
-    if reqs is not None:
-        pod.node_terms = tuple(t.intersect(reqs) for t in pod.node_terms) or (reqs,)
+    if alternatives is not None:
+        # where the node may be, kept apart from the pod's node affinity as Karpenter keeps volume requirements out
+        # of topology spread counting
+        pod.volume_terms = tuple(alternatives)
         pod.class_key = None
         pod.__post_init__()
     return pod
+
+
+def pod_key(raw: Mapping[str, Any]) -> str:
+    """namespace/name of a Pod manifest (namespace "default" when it has none)."""
+    meta = raw.get("metadata") if isinstance(raw.get("metadata"), Mapping) else {}
+    return f"{(meta or {}).get('namespace') or 'default'}/{(meta or {}).get('name')}"
+
+
+DRA_UNSUPPORTED = "pod has Dynamic Resource Allocation requirements that are not yet supported by Karpenter"
+
+
+def has_dra_requirements(raw: Mapping[str, Any]) -> bool:
+    """Karpenter's HasDRARequirements: the pod, or one of its containers or init containers, claims resources."""
+    spec = raw.get("spec")
+    if not isinstance(spec, dict):
+        return False
+    if spec.get("resourceClaims"):
+        return True
+    for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+        if isinstance(c, dict) and ((c.get("resources") or {}).get("claims")):
+            return True
+    return False
+
+
+KARPENTER_EXCLUDED = (f"configured to not run on a Karpenter provisioned node "
+                      f"(requirement {L.NODEPOOL} DoesNotExist)")
+
+
+def excludes_karpenter(raw: Mapping[str, Any]) -> bool:
+    """Whether the pod asks not to run on a Karpenter node (karpenter.sh/nodepool DoesNotExist in its first required
+    node selector term or its heaviest preference, the requirements Karpenter reads first): Karpenter ignores such
+    pods without an event."""
+    spec = raw.get("spec")
+    if not isinstance(spec, dict):
+        return False
+    node_aff = (spec.get("affinity") or {}).get("nodeAffinity") if isinstance(spec.get("affinity"), dict) else None
+    if not isinstance(node_aff, dict):
+        return False
+    terms = (node_aff.get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms") or []
+    exprs = list((terms[0] or {}).get("matchExpressions") or []) if terms and isinstance(terms[0], dict) else []
+    preferred = [p for p in node_aff.get("preferredDuringSchedulingIgnoredDuringExecution") or []
+                 if isinstance(p, dict)]
+    if preferred:
+        heaviest = max(preferred, key=lambda p: int(p["weight"]) if isinstance(p.get("weight"), int) else 0)
+        exprs += (heaviest.get("preference") or {}).get("matchExpressions") or []
+    return any(isinstance(e, dict) and e.get("key") == L.NODEPOOL and e.get("operator") == "DoesNotExist"
+               for e in exprs)
 
 
 def template_pod(owner: dict[str, Any], template: Any, name: str, path: str = "spec.template") -> dict[str, Any]:
@@ -178,26 +244,42 @@ def template_pod(owner: dict[str, Any], template: Any, name: str, path: str = "s
     return {"apiVersion": "v1", "kind": "Pod", "metadata": pod_meta, "spec": copy.deepcopy(template["spec"])}
 
 
-def daemonset_pod(daemonset: dict[str, Any]) -> Pod:
-    """The pod a DaemonSet would run on each node, from its own pod template (for per-node overhead)."""
+def daemonset_pod(daemonset: dict[str, Any], live: dict[str, Any] | None = None) -> Pod:
+    """The pod a DaemonSet runs on each node (for per-node overhead): its newest live pod when there is one, as
+    Karpenter takes it (LimitRanges and admission webhooks change requests), with the template's required node
+    affinity in place of the one the DaemonSet controller pinned to that pod's node; else its pod template."""
     ref = _ref("DaemonSet", daemonset, namespaced=True)
     spec = daemonset.get("spec")
     if not isinstance(spec, dict):
         raise InputError(f"{ref}: spec: required")
     name = (daemonset.get("metadata") or {}).get("name")
-    manifest = template_pod(daemonset, spec.get("template"), f"{name}-ds")
+    template = spec.get("template")
+    if live is not None and isinstance(live.get("spec"), dict):
+        manifest = copy.deepcopy(live)
+        manifest["spec"].pop("nodeName", None)
+        required = ((((template or {}).get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {}).get(
+            "requiredDuringSchedulingIgnoredDuringExecution") if isinstance(template, dict) else None
+        node_affinity = ((manifest["spec"].get("affinity") or {}).get("nodeAffinity") or {})
+        node_affinity.pop("requiredDuringSchedulingIgnoredDuringExecution", None)
+        if required is not None:
+            node_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = copy.deepcopy(required)
+        if node_affinity:
+            manifest["spec"].setdefault("affinity", {})["nodeAffinity"] = node_affinity
+        elif manifest["spec"].get("affinity"):
+            manifest["spec"]["affinity"].pop("nodeAffinity", None)
+        where = f"{ref}: pod {_ref('Pod', live, namespaced=True)}"
+    else:
+        manifest = template_pod(daemonset, template, f"{name}-ds")
+        where = f"{ref}: spec.template"
     try:
         return pod_from_dict(manifest)
     except (PodError, QuantityError, ValueError, TypeError, AttributeError, KeyError) as e:
-        raise InputError(f"{ref}: spec.template: {e}") from None
+        raise InputError(f"{where}: {e}") from None
 
 
 def _ephemeral(taint: Taint, startup: list[Taint]) -> bool:
-    """Karpenter's match for taints it ignores on uninitialized nodes: key and effect (and value when given)."""
-    for t in (*KNOWN_EPHEMERAL_TAINTS, *startup):
-        if t.key == taint.key and t.effect == taint.effect and (not t.value or t.value == taint.value):
-            return True
-    return False
+    """Karpenter's match for taints it ignores on uninitialized nodes: a known ephemeral taint or a startup taint."""
+    return is_known_ephemeral(taint) or any(t.matches(taint) for t in startup)
 
 
 def existing_node(node: dict[str, Any], pods: list[Pod], price: float = 0.0, *,

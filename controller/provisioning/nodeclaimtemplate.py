@@ -57,9 +57,12 @@ def node_selector_requirement(r: Requirement) -> dict[str, Any]:
     return out
 
 
-def node_selector_requirements(reqs: Requirements, instance_types: list[InstanceType]) -> list[dict[str, Any]]:
+def node_selector_requirements(reqs: Requirements, instance_types: list[InstanceType] | None) -> list[dict[str, Any]]:
     """The NodeClaim's requirements: the simulated node's requirements with the instance-type list (cheapest first,
-    at most MAX_INSTANCE_TYPES) in place of whatever the pool allowed; the placeholder hostname is dropped."""
+    at most MAX_INSTANCE_TYPES) in place of whatever the pool allowed; the placeholder hostname is dropped. Without
+    instance types (a static NodePool's NodeClaim) the requirements are the pool's and the cloud provider chooses."""
+    if instance_types is None:
+        return [node_selector_requirement(r) for r in sorted(reqs, key=lambda r: r.key) if r.key != L.HOSTNAME]
     out = []
     names = [it.name for it in instance_types[:MAX_INSTANCE_TYPES]]
     for r in sorted(reqs, key=lambda r: r.key):
@@ -85,8 +88,8 @@ def resource_list(resources: dict[str, int]) -> dict[str, str]:
     return {k: format_quantity(k, v) for k, v in sorted(resources.items()) if v}
 
 
-def nodeclaim_manifest(nodepool: dict[str, Any], requirements: Requirements, instance_types: list[InstanceType],
-                       requests: dict[str, int]) -> dict[str, Any]:
+def nodeclaim_manifest(nodepool: dict[str, Any], requirements: Requirements,
+                       instance_types: list[InstanceType] | None, requests: dict[str, int]) -> dict[str, Any]:
     """The NodeClaim to create: generateName from the NodePool, owner reference, labels and hash annotations,
     requirements with the instance-type options ordered by price, resource requests, and the template's spec."""
     meta = nodepool["metadata"]

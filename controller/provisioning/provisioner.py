@@ -28,26 +28,31 @@ from controller.kube.events import Recorder
 from controller.kube.informer import key_of
 from controller.provisioning import inputs
 from controller.provisioning.batcher import Batcher
+from controller.provisioning.inputs import nodeclass_not_ready as nodeclass_not_ready  # re-exported
+from controller.provisioning.inputs import nodepool_not_ready as nodepool_not_ready  # re-exported
 from controller.provisioning.nodeclaimtemplate import nodeclaim_manifest
+from controller.provisioning.pdb import PdbLimits
 from controller.scheduling.pod import Pod
 from controller.scheduling.policies import relax_min_values as relax_min_values  # re-exported
 from controller.scheduling.policies import solve
 from controller.scheduling.policies import without_preferences as without_preferences  # re-exported
 from controller.scheduling.scheduler import Plan
 from controller.scheduling.types import ExistingNode, SchedNodePool
+from controller.settings import format_duration
 from controller.state.cluster import (
     Cluster,
     condition,
-    is_mirror,
     is_terminal,
-    is_true,
-    owned_by_daemonset,
     provider_id,
 )
 from controller.termination.drain import has_disrupted_taint
 
 log = logging.getLogger("karpy.provisioner")
 CREATE_WORKERS = 8
+# Karpenter's pod and node trigger controllers requeue a provisionable pod (or a disrupted node) this often while it
+# stays so: a pass that left it pending (a failed create, a cloud error, an ICE that used up its offerings) is tried
+# again without waiting for an unrelated event.
+REQUEUE_PERIOD = 10.0
 
 
 @dataclass
@@ -64,18 +69,16 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
-def nodeclass_not_ready(nodeclass: dict[str, Any] | None, ref_name: str) -> str:
-    """Why an EC2NodeClass cannot be launched from ("" when Ready)."""
-    if nodeclass is None:
-        return f'EC2NodeClass "{ref_name}" not found'
-    if (nodeclass.get("metadata") or {}).get("deletionTimestamp"):
-        return f'EC2NodeClass "{ref_name}" is being deleted'
-    if not is_true(nodeclass, "Ready"):
-        cond = next((c for c in (nodeclass.get("status") or {}).get("conditions") or []
-                     if c.get("type") == "Ready"), None)
-        why = (cond or {}).get("message") or "status not resolved yet"
-        return f'EC2NodeClass "{ref_name}" is not ready: {str(why)[:200]}'
-    return ""
+def _obj_ref(obj: dict[str, Any]) -> dict[str, str]:
+    """An object's namespace and name, as Karpenter's logs name it."""
+    meta = obj.get("metadata") or {}
+    return {"namespace": str(meta.get("namespace") or ""), "name": str(meta.get("name") or "")}
+
+
+def _template_of(daemonset: dict[str, Any]) -> dict[str, Any]:
+    """A DaemonSet's pod template (empty when it has none)."""
+    template = (daemonset.get("spec") or {}).get("template")
+    return template if isinstance(template, dict) else {}
 
 
 def min_values_relaxed(nodepool: dict[str, Any], options: list[InstanceType]) -> bool:
@@ -104,10 +107,11 @@ class Provisioner:
     def __init__(self, cluster: Cluster, client: KubeClient, cloud: CloudProvider, recorder: Recorder,
                  batcher: Batcher | None = None, is_leader: Callable[[], bool] = lambda: True,
                  clock: Callable[[], float] = time.monotonic, preference_policy: str = "Respect",
-                 min_values_policy: str = "Strict") -> None:
+                 min_values_policy: str = "Strict", ignore_dra_requests: bool = True) -> None:
         self.cluster = cluster
         self.min_values_policy = min_values_policy  # MIN_VALUES_POLICY: Strict, or BestEffort relaxation
         self.preference_policy = preference_policy  # PREFERENCE_POLICY: Respect, or Ignore preferences up front
+        self.ignore_dra_requests = ignore_dra_requests  # IGNORE_DRA_REQUESTS: pods that claim devices are refused
         self.client = client
         self.cloud = cloud
         self.recorder = recorder
@@ -115,10 +119,14 @@ class Provisioner:
         self.is_leader = is_leader
         self.clock = clock
         self._warmed: set[str] = set()  # node classes whose instance types the cloud provider has fetched
-        self._pods: dict[tuple[str, str], Pod] = {}  # (uid, resourceVersion) -> converted pod, for bound pods
+        # bound pods converted once: uid -> (resourceVersion, pod), dropped when the pod is deleted
+        self._pods: dict[str, tuple[str, Pod]] = {}
+        self._pods_lock = threading.Lock()
         # pod uid -> when first seen provisionable, until its first scheduling decision (pods_scheduling_decision)
         self._seen: dict[str, float] = {}
         self._decided: set[str] = set()
+        self._said_not_ready: dict[str, str] = {}  # NodePool -> the not-ready reason last logged
+        self._namespace_labels: dict[str, dict[str, str]] = {}  # this pass's namespaces, for namespaceSelectors
 
     # ---- loop --------------------------------------------------------------------------------------------------
     def trigger(self) -> None:
@@ -135,6 +143,8 @@ class Provisioner:
             uid = str(((old or {}).get("metadata") or {}).get("uid", ""))
             self._seen.pop(uid, None)
             self._decided.discard(uid)
+            with self._pods_lock:
+                self._pods.pop(uid, None)
             return
         if is_provisionable(new):
             self._seen.setdefault(str(new["metadata"].get("uid", "")), time.time())
@@ -148,18 +158,21 @@ class Provisioner:
 
     def reschedulable_pods(self) -> list[dict[str, Any]]:
         """Pods on nodes being deleted (the Node or its NodeClaim has a deletionTimestamp, or the Node carries
-        karpenter.sh/disrupted): Karpenter schedules them with the pending pods, so their replacement launches while
-        the old node drains. Terminal, terminating, DaemonSet and mirror pods stay where they are."""
+        karpenter.sh/disrupted) that will move, by Karpenter's IsCurrentlyReschedulable: Karpenter schedules them
+        with the pending pods, so their replacement launches while the old node drains. Terminal, terminating (but
+        for a StatefulSet's), DaemonSet and static pods stay where they are, and so do pods the drain will not evict
+        (an active do-not-disrupt, a PDB that never allows an eviction)."""
         out = []
+        limits: PdbLimits | None = None
+        now = time.time()
         for node in self.cluster.nodes():
             if not self._node_deleting(node):
                 continue
+            if limits is None:
+                limits = PdbLimits(self.cluster.pdbs())
             for pod in self.cluster.pods_on_node(node["metadata"]["name"]):
-                if is_terminal(pod) or (pod.get("metadata") or {}).get("deletionTimestamp"):
-                    continue
-                if owned_by_daemonset(pod) or is_mirror(pod):
-                    continue
-                out.append(pod)
+                if limits.is_currently_reschedulable(pod, now):
+                    out.append(pod)
         return out
 
     def _node_deleting(self, node: dict[str, Any]) -> bool:
@@ -173,6 +186,7 @@ class Provisioner:
 
     def run(self, stop: threading.Event) -> None:
         """Wait for batches and schedule them, until stop; only the leader schedules."""
+        failures = 0
         while not stop.is_set():
             if not self.batcher.wait(stop):
                 return
@@ -185,11 +199,36 @@ class Provisioner:
                 continue
             try:
                 with M.controller_context("provisioner"):
-                    self.schedule()
+                    results = self.schedule()
+                failed = bool(results.errors)
             except Exception:
                 log.exception("provisioning failed", extra={"controller": "provisioner"})
-                stop.wait(1.0)
-                self.trigger()
+                failed = True
+            if not failed:
+                failures = 0
+                continue
+            # an error is retried with backoff (1 s doubling to the requeue period), as Karpenter requeues one
+            stop.wait(min(REQUEUE_PERIOD, 2.0 ** failures))
+            failures += 1
+            self.trigger()
+
+    def requeue(self) -> bool:
+        """Open a batch window when some pod is still provisionable, or a node going away still holds pods (Karpenter
+        requeues each such pod and node every 10 s); whether it did."""
+        if not self.is_leader() or self.batcher.pending():
+            return False
+        if self.cluster.has_provisionable_pods() or any(self._node_deleting(n) for n in self.cluster.nodes()):
+            self.trigger()
+            return True
+        return False
+
+    def requeue_loop(self, stop: threading.Event, period: float = REQUEUE_PERIOD) -> None:
+        """Call requeue() every `period` seconds until stop."""
+        while not stop.wait(period):
+            try:
+                self.requeue()
+            except Exception:  # the next period tries again
+                log.exception("requeueing provisionable pods failed", extra={"controller": "provisioner"})
 
     def warm(self, stop: threading.Event, within: float = 60.0) -> None:
         """Fetch each node class's instance types (and prices) as soon as it is ready, ahead of the first batch, so
@@ -222,12 +261,16 @@ class Provisioner:
         return types
 
     def _pod(self, raw: dict[str, Any]) -> Pod:
+        """A bound pod as the scheduler sees it, converted once per resourceVersion."""
         meta = raw.get("metadata") or {}
-        key = (str(meta.get("uid", "")), str(meta.get("resourceVersion", "")))
-        pod = self._pods.get(key)
-        if pod is None:
-            pod = inputs.scheduling_pod(raw)
-            self._pods[key] = pod
+        uid, rv = str(meta.get("uid", "")), str(meta.get("resourceVersion", ""))
+        with self._pods_lock:
+            cached = self._pods.get(uid)
+        if cached is not None and cached[0] == rv:
+            return cached[1]
+        pod = inputs.scheduling_pod(raw, namespace_labels=self._namespace_labels)
+        with self._pods_lock:
+            self._pods[uid] = (rv, pod)
         return pod
 
     def _usage(self, pool: str, types: list[InstanceType]) -> dict[str, int]:
@@ -265,7 +308,10 @@ class Provisioner:
             nodeclass = self.cluster.nodeclass(str(ref.get("name", "")))
             invalid = spec_errors(np_)
             not_ready = (f"NodePool validation failed: {'; '.join(invalid)[:300]}" if invalid
-                         else nodeclass_not_ready(nodeclass, str(ref.get("name", ""))))
+                         else nodepool_not_ready(np_) or nodeclass_not_ready(nodeclass, str(ref.get("name", ""))))
+            if not_ready and self._said_not_ready.get(name) != not_ready:
+                log.error("ignoring nodepool, not ready", extra={"NodePool": {"name": name}, "error": not_ready})
+            self._said_not_ready[name] = not_ready
             types: list[InstanceType] = []
             if not not_ready and nodeclass is not None:
                 try:
@@ -347,6 +393,10 @@ class Provisioner:
     def schedule(self) -> Results:
         """One scheduling pass over the provisionable pods."""
         started = time.perf_counter()
+        # nodes (with the pods bound to them) before the pending pods, as Karpenter reads them: a pod that binds in
+        # between is counted on its node rather than provisioned for twice
+        self._namespace_labels = self.cluster.namespace_labels()
+        existing = self.existing_nodes()
         pending = self.cluster.pending_pods()
         # pending pods first, then those of deleting nodes; a pod is scheduled once whatever lists it
         raw_by_key: dict[str, dict[str, Any]] = {}
@@ -361,38 +411,65 @@ class Provisioner:
             return results
         pods: list[Pod] = []
         ignored = 0
+        volumes = self.cluster.volume_topology()
         for raw in raw_pods:
+            if inputs.excludes_karpenter(raw):
+                ignored += 1  # Karpenter ignores these without an event: they asked for other capacity
+                log.debug("ignoring pod", extra={"controller": "provisioner", "Pod": _obj_ref(raw),
+                                                 "error": inputs.KARPENTER_EXCLUDED})
+                continue
+            if self.ignore_dra_requests and inputs.has_dra_requirements(raw):
+                results.unschedulable[key_of(raw)] = inputs.DRA_UNSUPPORTED
+                log.info("skipping pod with Dynamic Resource Allocation requirements, not yet supported by Karpenter",
+                         extra={"controller": "provisioner", "Pod": _obj_ref(raw)})
+                self.recorder.publish(raw, "Warning", "FailedScheduling",
+                                      f"Failed to schedule pod, {inputs.DRA_UNSUPPORTED}")
+                continue
             try:
-                pod = inputs.scheduling_pod(raw)
+                pod = inputs.scheduling_pod(raw, volumes, self._namespace_labels)
                 pods.append(pod)
             except inputs.InputError as e:
                 ignored += 1  # Karpenter's ignored pods: ones that fail validation before scheduling
                 results.unschedulable[key_of(raw)] = str(e)[:300]
                 self.recorder.publish(raw, "Warning", "FailedScheduling", f"Failed to schedule pod, {str(e)[:300]}")
         M.SCHEDULER_IGNORED_PODS.set(ignored)
-        log.info("found provisionable pod(s)", extra={
-            "controller": "provisioner", "Pods": ", ".join(key_of(p) for p in raw_pods[:5])
-            + (f" and {len(raw_pods) - 5} other(s)" if len(raw_pods) > 5 else ""), "duration": "0s"})
+        if not pods:
+            M.UNSCHEDULABLE_PODS.labels(controller="provisioner").set(len(results.unschedulable))
+            return results
         pools, manifests = self.node_pools()
-        existing = self.existing_nodes()
         daemonsets = []
         for ds in self.cluster.daemonsets():
+            live = self.cluster.daemonset_pod(ds)
+            if self.ignore_dra_requests and inputs.has_dra_requirements(live or _template_of(ds)):
+                continue  # Karpenter leaves DaemonSets that claim devices out of the overhead
             try:
-                daemonsets.append(inputs.daemonset_pod(ds))
-            except inputs.InputError:
-                continue
-        log.info("computing scheduling decision for provisionable pod(s)",
-                 extra={"controller": "provisioner", "pending-pods": len(pods), "nodepools": len(pools),
-                        "existing-nodes": len(existing)})
+                daemonsets.append(inputs.daemonset_pod(ds, live))
+            except inputs.InputError as e:
+                log.debug("ignoring daemonset", extra={"controller": "provisioner", "error": str(e)[:300]})
+        log.debug("computing scheduling decision for provisionable pod(s)",
+                  extra={"controller": "provisioner", "pending-pods": len(pending),
+                         "deleting-pods": len(raw_pods) - len(pending), "nodepools": len(pools),
+                         "existing-nodes": len(existing)})
         # PREFERENCE_POLICY and MIN_VALUES_POLICY as `karpy simulate` applies them too
         plan = solve(pools, existing, daemonsets, pods, self.preference_policy, self.min_values_policy)
         M.SCHEDULING_DURATION.labels(controller="provisioner").observe(time.perf_counter() - started)
+        if plan.node_claims:
+            log.info("found provisionable pod(s)", extra={
+                "controller": "provisioner", "Pods": ", ".join(key_of(p) for p in raw_pods[:5])
+                + (f" and {len(raw_pods) - 5} other(s)" if len(raw_pods) > 5 else ""),
+                "duration": format_duration(time.perf_counter() - started)})
+            log.info("computed new nodeclaim(s) to fit pod(s)", extra={
+                "controller": "provisioner", "nodeclaims": len(plan.node_claims),
+                "pods": sum(len(c.pods) for c in plan.node_claims)})
+        in_flight = {n.name for n in existing if n.in_flight}
+        unready = [k for k in plan.existing if k in in_flight]
+        if unready:
+            log.info("computed unready node(s) will fit pod(s)", extra={
+                "controller": "provisioner", "nodes": len(unready),
+                "pods": sum(len(plan.existing[k]) for k in unready)})
         self._act(plan, manifests, existing, raw_by_key, results)
         M.UNSCHEDULABLE_PODS.labels(controller="provisioner").set(len(results.unschedulable))
         self._observe_decisions(raw_pods)
-        log.info("computed new nodeclaim(s) to fit pod(s)", extra={
-            "controller": "provisioner", "nodeclaims": len(results.created),
-            "pods": sum(len(c.pods) for c in plan.node_claims)})
         return results
 
     def _observe_decisions(self, raw_pods: list[dict[str, Any]]) -> None:

@@ -56,6 +56,15 @@ class SpreadConstraint:
     node_taints_policy: str = "Ignore"  # count nodes whatever their taints (Kubernetes' default)
 
 
+# In a term's namespaces: every namespace (an empty namespaceSelector). No namespace can be named "*".
+ALL_NAMESPACES = "*"
+
+
+def in_namespaces(namespace: str, namespaces: frozenset[str]) -> bool:
+    """Whether a namespace is one of a term's namespaces (which may be all of them)."""
+    return namespace in namespaces or ALL_NAMESPACES in namespaces
+
+
 @dataclass(frozen=True, slots=True)
 class AffinityTerm:
     """A pod (anti-)affinity term: pods matching selector in namespaces, within topology_key."""
@@ -66,7 +75,7 @@ class AffinityTerm:
 
     def selects(self, namespace: str, labels: Mapping[str, str]) -> bool:
         """Whether a pod with this namespace and labels is one the term refers to."""
-        return namespace in self.namespaces and self.selector.matches(labels)
+        return in_namespaces(namespace, self.namespaces) and self.selector.matches(labels)
 
 
 class ClassKey:
@@ -116,6 +125,9 @@ class Pod:
     requests: dict[str, int]
     uid: str = ""
     node_terms: tuple[Requirements, ...] = ()  # OR of terms, nodeSelector folded into each
+    # alternatives the pod's volumes allow (any one will do): where its node may be, but, as in Karpenter, not part
+    # of the node affinity its topology spread counts with
+    volume_terms: tuple[Requirements, ...] = ()
     preferred_node: tuple[tuple[int, Requirements], ...] = ()
     tolerations: tuple[Toleration, ...] = ()
     spread: tuple[SpreadConstraint, ...] = ()
@@ -136,7 +148,8 @@ class Pod:
         if self.class_key is None:
             self.class_key = class_key((
                 self.namespace, tuple(sorted(self.labels.items())), tuple(sorted(self.requests.items())),
-                tuple(repr(t) for t in self.node_terms), repr(self.preferred_node), self.tolerations, self.spread,
+                tuple(repr(t) for t in self.node_terms), tuple(repr(t) for t in self.volume_terms),
+                repr(self.preferred_node), self.tolerations, self.spread,
                 self.affinity, self.anti_affinity, self.preferred_affinity, self.preferred_anti_affinity,
                 self.host_ports))
 
@@ -159,6 +172,11 @@ def _selector(raw: Any, path: str) -> LabelSelector:
                            f"{', '.join(SELECTOR_OPERATORS)}")
         exprs.append((str(e.get("key")), op, frozenset(str(v) for v in e.get("values") or [])))
     return LabelSelector(tuple(exprs))
+
+
+def label_selector(raw: Any, path: str) -> LabelSelector:
+    """A label selector object (None: one that matches nothing); a malformed one raises PodError naming `path`."""
+    return _selector(raw, path)
 
 
 def _resources(raw: Any, path: str) -> dict[str, int]:
@@ -222,19 +240,42 @@ def _node_requirements(items: Any, path: str) -> Requirements:
         raise PodError(f"{path}: {e}") from None
 
 
-def _affinity_terms(items: Any, namespace: str, path: str) -> list[AffinityTerm]:
+def term_namespaces(term: Mapping[str, Any], namespace: str,
+                    namespace_labels: Mapping[str, Mapping[str, str]] | None, path: str) -> frozenset[str]:
+    """The namespaces an affinity term refers to, as Kubernetes (and Karpenter) resolve them: the pod's own when the
+    term names none and has no namespaceSelector; else the named ones plus those the selector matches, an empty
+    selector matching every namespace. A selector is matched against `namespace_labels` (no namespaces known: none
+    match)."""
+    names = term.get("namespaces") or []
+    if not isinstance(names, list):
+        raise PodError(f"{path}.namespaces: must be a list of namespace names")
+    raw = term.get("namespaceSelector")
+    if raw is None:
+        return frozenset(str(n) for n in names) or frozenset([namespace])
+    if not isinstance(raw, dict):
+        raise PodError(f"{path}.namespaceSelector: must be a label selector object")
+    if not raw.get("matchLabels") and not raw.get("matchExpressions"):
+        return frozenset([ALL_NAMESPACES])
+    selector = _selector(raw, f"{path}.namespaceSelector")
+    selected = {ns for ns, labels in (namespace_labels or {}).items() if selector.matches(labels)}
+    return frozenset(selected | {str(n) for n in names})
+
+
+def _affinity_terms(items: Any, namespace: str, path: str,
+                    namespace_labels: Mapping[str, Mapping[str, str]] | None = None) -> list[AffinityTerm]:
     out = []
     for i, t in enumerate(items or []):
         if not t.get("topologyKey"):
             raise PodError(f"{path}[{i}].topologyKey: required")
-        namespaces = frozenset(t.get("namespaces") or [namespace])
+        namespaces = term_namespaces(t, namespace, namespace_labels, f"{path}[{i}]")
         out.append(AffinityTerm(_selector(t.get("labelSelector"), f"{path}[{i}].labelSelector"), str(t["topologyKey"]),
                                 namespaces))
     return out
 
 
-def pod_from_dict(d: dict[str, Any]) -> Pod:
-    """Read a Pod manifest into the scheduler's Pod; bad fields raise PodError naming them."""
+def pod_from_dict(d: dict[str, Any], namespace_labels: Mapping[str, Mapping[str, str]] | None = None) -> Pod:
+    """Read a Pod manifest into the scheduler's Pod; bad fields raise PodError naming them. `namespace_labels` (every
+    namespace's labels, by name) resolves the namespaceSelectors of pod affinity terms."""
     meta = d.get("metadata") or {}
     spec = d.get("spec")
     if not isinstance(spec, dict):
@@ -291,8 +332,8 @@ def pod_from_dict(d: dict[str, Any]) -> Pod:
 
     def preferred_terms(items: Any, path: str) -> tuple[tuple[int, AffinityTerm], ...]:
         return tuple((int(p.get("weight", 1)), term) for p, term in zip(
-            items or [], _affinity_terms([p.get("podAffinityTerm") or {} for p in items or []], namespace, path),
-            strict=True))
+            items or [], _affinity_terms([p.get("podAffinityTerm") or {} for p in items or []], namespace, path,
+                                         namespace_labels), strict=True))
 
     ports = set()
     for i, c in enumerate(spec.get("containers") or []):
@@ -307,9 +348,10 @@ def pod_from_dict(d: dict[str, Any]) -> Pod:
     return Pod(namespace=namespace, name=str(meta.get("name") or ""), uid=str(meta.get("uid") or ""), labels=labels,
                requests=effective_requests(spec), node_terms=terms, preferred_node=preferred,
                tolerations=tolerations, spread=tuple(spread),
-               affinity=tuple(_affinity_terms(pod_aff.get(rq), namespace, "spec.affinity.podAffinity.required")),
+               affinity=tuple(_affinity_terms(pod_aff.get(rq), namespace, "spec.affinity.podAffinity.required",
+                                              namespace_labels)),
                anti_affinity=tuple(_affinity_terms(pod_anti.get(rq), namespace,
-                                                   "spec.affinity.podAntiAffinity.required")),
+                                                   "spec.affinity.podAntiAffinity.required", namespace_labels)),
                preferred_affinity=preferred_terms(pod_aff.get(pf), "spec.affinity.podAffinity.preferred"),
                preferred_anti_affinity=preferred_terms(pod_anti.get(pf), "spec.affinity.podAntiAffinity.preferred"),
                host_ports=frozenset(ports), owner=owner)

@@ -19,7 +19,8 @@ class View:
 
     pod: Pod
     node_terms: tuple[Requirements, ...]  # the required term tried, with the heaviest preferred node term held
-    strict_terms: tuple[Requirements, ...]  # the same term from required node affinity alone (topology domains)
+    strict_terms: tuple[Requirements, ...]  # the same term from required node affinity alone (topology domains):
+    # neither preferences nor volumes narrow the domains a spread counts, as in Karpenter
     tolerations: tuple[Toleration, ...]
     spread: tuple[SpreadConstraint, ...]
     affinity: tuple[AffinityTerm, ...]
@@ -55,7 +56,10 @@ def relaxed(pod: Pod, level: int, tolerate_prefer_no_schedule: bool = True) -> V
     preferred pod anti-affinity terms, then preferred node affinity terms (each heaviest first, so lighter ones are
     tried), then ScheduleAnyway spreads, and last a toleration for PreferNoSchedule taints (only when some NodePool
     has such a taint: `tolerate_prefer_no_schedule`)."""
-    required = pod.node_terms or (Requirements(),)
+    # each required OR-term with each alternative the pod's volumes allow: (where the node may be, the term alone)
+    terms = pod.node_terms or (Requirements(),)
+    required = ([(t.intersect(v), t) for t in terms for v in pod.volume_terms] if pod.volume_terms
+                else [(t, t) for t in terms])
     aff = _by_weight(pod.preferred_affinity)
     anti = _by_weight(pod.preferred_anti_affinity)
     node = _by_weight(pod.preferred_node)
@@ -71,10 +75,9 @@ def relaxed(pod: Pod, level: int, tolerate_prefer_no_schedule: bool = True) -> V
         taken.append(n)
         rest -= n
     t_req, t_aff, t_anti, t_node, t_spread = taken
-    strict = required[t_req]
-    term = strict
+    term, strict = required[t_req]
     if t_node < len(node):
-        term = strict.intersect(node[t_node][1])
+        term = term.intersect(node[t_node][1])
     tolerations = (*pod.tolerations, PREFER_NO_SCHEDULE) if rest >= 1 else pod.tolerations
     return View(pod=pod, node_terms=(term,), strict_terms=(strict,), tolerations=tolerations,
                 spread=spreads[t_spread],

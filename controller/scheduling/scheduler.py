@@ -316,7 +316,8 @@ class Scheduler:
                   reasons: list[str]) -> int:
         """Place a prefix of pods into bins under requirements reqs (a topology domain chosen), at most cap of them
         per bin; returns how many were placed. The caller bounds the pods to what the domain may take before its
-        counts must be looked at again. Bins only fill up, so one rejected for this class and requirements stays so.
+        counts must be looked at again. Bins only fill up, so one rejected for this class and requirements stays so
+        (unless the pod has hostname pod affinity: a matching pod may land there later).
         """
         want = len(pods)
         # relaxation only drops constraints or adds the PreferNoSchedule toleration, so counts tell the levels apart
@@ -365,7 +366,10 @@ class Scheduler:
                 break
         if not settled and done == 0:
             start = nb
-        self._cursor[cursor_key] = start
+        if not any(t.topology_key == L.HOSTNAME for t in view.affinity):
+            # a bin rejected for hostname pod affinity takes the pod once a matching pod lands there (an affinity
+            # chain placed out of order): only without such a term does a rejected bin stay rejected
+            self._cursor[cursor_key] = start
         if done:
             return done
         # 2. a new NodeClaim from the first compatible NodePool by weight

@@ -20,7 +20,7 @@ import numpy as np
 from controller.api import labels as L
 from controller.scheduling.instancetypes import CAPACITY_TYPES, OFFERING_KEYS, InstanceTypeIndex, fit_count
 from controller.scheduling.nodeclaim import Bin
-from controller.scheduling.pod import AffinityTerm, LabelSelector, Pod, SpreadConstraint, Toleration
+from controller.scheduling.pod import AffinityTerm, LabelSelector, Pod, SpreadConstraint, Toleration, in_namespaces
 from controller.scheduling.preferences import View
 from controller.scheduling.requirements import Requirement, Requirements
 from controller.scheduling.types import ExistingNode, untolerated
@@ -77,7 +77,7 @@ class TopologyGroup:
 
     def matches(self, pod: Pod) -> bool:
         """Whether the group counts this pod."""
-        return pod.namespace in self.namespaces and self.selector.matches(pod.labels)
+        return in_namespaces(pod.namespace, self.namespaces) and self.selector.matches(pod.labels)
 
     def per_bin(self, n: int) -> np.ndarray:
         """Counts of the first n bins (hostname groups), as a view: read, never write. The array grows (doubling)

@@ -71,17 +71,23 @@ def _price(by_name: dict[str, InstanceType], labels: dict[str, str]) -> float:
 
 
 def _node_pools(docs: list[Document], catalog: Catalog, nodeclasses: dict[str, EC2NodeClass] | None,
-                usage: dict[str, dict[str, int]]) -> list[SchedNodePool]:
-    """NodePools with their NodeClass's instance types; a pool whose NodeClass is missing is not ready."""
+                usage: dict[str, dict[str, int]], nodeclass_docs: dict[str, Document] | None = None
+                ) -> list[SchedNodePool]:
+    """NodePools with their NodeClass's instance types; a pool whose NodeClass is missing is not ready, and so is one
+    whose status (or its NodeClass's), when the document carries one, says it is not Ready."""
     pools = []
     for doc in docs:
         model = parse_nodepool(doc)
         nodeclass = None
-        not_ready = ""
+        not_ready = inputs.nodepool_not_ready(doc.raw)
         if nodeclasses is not None:
             nodeclass = nodeclasses.get(model.node_class_ref.name)
             if nodeclass is None:
                 not_ready = f'EC2NodeClass "{model.node_class_ref.name}" not found, so the NodePool is not ready'
+            else:
+                nc_doc = (nodeclass_docs or {}).get(model.node_class_ref.name)
+                if nc_doc is not None and (nc_doc.raw.get("status") or {}).get("conditions"):
+                    not_ready = not_ready or inputs.nodeclass_not_ready(nc_doc.raw, model.node_class_ref.name)
         try:
             pools.append(inputs.node_pool(model.manifest, _instance_types(catalog, nodeclass),
                                           usage.get(model.name, {}), not_ready))
@@ -106,9 +112,10 @@ def _existing_nodes(sim: SimulationInputs, catalog: Catalog) -> tuple[list[Exist
     return nodes, inputs.nodepool_usage([d.raw for d in sim.nodes])
 
 
-def _pod(raw: dict[str, Any], where: str, volumes: inputs.VolumeTopology | None = None) -> Pod:
+def _pod(raw: dict[str, Any], where: str, volumes: inputs.VolumeTopology | None = None,
+         namespace_labels: dict[str, dict[str, str]] | None = None) -> Pod:
     try:
-        return inputs.scheduling_pod(raw, volumes)
+        return inputs.scheduling_pod(raw, volumes, namespace_labels)
     except inputs.InputError as e:
         raise SimulationError(f"{where}: {e}" if where else str(e)) from None
 
@@ -136,16 +143,27 @@ def simulate_documents(documents: list[Document], catalog: str = "aws-us-east-1"
     elif sim.nodepools:
         notes.append("no EC2NodeClass given: NodePools are assumed ready, with default kubelet settings")
     existing, usage = _existing_nodes(sim, cat)
-    pools = _node_pools(sim.nodepools, cat, nodeclasses, usage)
+    pools = _node_pools(sim.nodepools, cat, nodeclasses, usage, {d.name: d for d in sim.nodeclasses})
     if not pools:
         notes.append("no NodePool given: only existing nodes can take pods")
-    pods = [_pod(p, ref, sim.volumes) for p, ref in zip(sim.pending_pods, sim.pending_refs, strict=True)]
+    pods: list[Pod] = []
+    refused: dict[str, str] = {}  # pods Karpenter refuses before scheduling, as the provisioner does
+    for raw, ref in zip(sim.pending_pods, sim.pending_refs, strict=True):
+        if inputs.excludes_karpenter(raw):
+            notes.append(f"{ref}: pod {inputs.pod_key(raw)} is {inputs.KARPENTER_EXCLUDED}: not simulated")
+        elif inputs.has_dra_requirements(raw):
+            refused[inputs.pod_key(raw)] = inputs.DRA_UNSUPPORTED
+        else:
+            pods.append(_pod(raw, ref, sim.volumes, sim.namespaces))
     daemonsets = []
     for doc in sim.daemonsets:
+        if inputs.has_dra_requirements((doc.raw.get("spec") or {}).get("template") or {}):
+            continue  # Karpenter leaves DaemonSets that claim devices out of the overhead
         try:
             daemonsets.append(inputs.daemonset_pod(doc.raw))
         except inputs.InputError as e:
             raise SimulationError(f"{doc.source}: {e}") from None
     plan = solve(pools, existing, daemonsets, pods, preference_policy, min_values_policy, lower_bound=True)
+    plan.unschedulable.update(refused)
     return SimulationResult(plan=plan, catalog=cat, nodepools=[p.name for p in pools], pods=pods,
                             existing_nodes=existing, notes=notes)

@@ -39,6 +39,7 @@ class SimulationInputs:
     daemonsets: list[Document] = field(default_factory=list)
     nodes: list[Document] = field(default_factory=list)
     volumes: VolumeTopology = field(default_factory=VolumeTopology)
+    namespaces: dict[str, dict[str, str]] = field(default_factory=dict)  # Namespace documents' labels, by name
     notes: list[str] = field(default_factory=list)
 
 
@@ -131,6 +132,9 @@ def classify(documents: list[Document]) -> SimulationInputs:
     out = SimulationInputs()
     # claims a StatefulSet will create; a PersistentVolumeClaim document of the same name wins
     templates: dict[tuple[str, str], dict[str, Any]] = {}
+    pvcs: dict[tuple[str, str], dict[str, Any]] = {}
+    pvs: dict[str, dict[str, Any]] = {}
+    storage_classes: dict[str, dict[str, Any]] = {}
     pods = 0
     for doc in documents:  # counted before anything is expanded
         count = pod_count(doc)
@@ -177,17 +181,21 @@ def classify(documents: list[Document]) -> SimulationInputs:
             _template_pod(doc, spec.get("template"), f"{doc.name}-ds", "spec.template")  # checked here, by file
             out.daemonsets.append(doc)
         elif kind == "PersistentVolumeClaim":
-            out.volumes.pvcs[(doc.namespace or "default", doc.name)] = doc.raw
+            pvcs[(doc.namespace or "default", doc.name)] = doc.raw
         elif kind == "PersistentVolume":
-            out.volumes.pvs[doc.name] = doc.raw
+            pvs[doc.name] = doc.raw
         elif kind == "StorageClass":
-            out.volumes.storage_classes[doc.name] = doc.raw
+            storage_classes[doc.name] = doc.raw
         elif kind == "NodeClaim":
             out.notes.append(f"{doc.ref}: NodeClaims are not simulated; their Nodes are")
+        elif kind == "Namespace":
+            labels = (doc.raw.get("metadata") or {}).get("labels") or {}
+            out.namespaces[doc.name] = {str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {}
         elif kind in IGNORED_KINDS:
             continue
         else:
             out.notes.append(f"{doc.ref}: kind {kind} is not used by the simulation")
     for key, template in templates.items():
-        out.volumes.pvcs.setdefault(key, template)
+        pvcs.setdefault(key, template)
+    out.volumes = VolumeTopology(pvcs, pvs, storage_classes)
     return out

@@ -7,29 +7,84 @@ and every NodeClaim this process created is visible, so a batch never launches t
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from controller.api import labels as L
+from controller.api.pods import owned_by_daemonset
 from controller.kube import resources as R
 from controller.kube.client import KubeClient
 from controller.kube.informer import Informer, key_of, strip_managed_fields
+from controller.scheduling.volumes import VolumeTopology
 
 Obj = dict[str, Any]
 
 # pod status fields the controllers read; the rest (container statuses, IPs) is dropped at the edge
 _POD_STATUS_KEYS = ("phase", "conditions", "nominatedNodeName", "startTime")
+# container fields the controllers read (requests, host ports, a sidecar's restartPolicy, device claims); image,
+# command, env, probes and mounts are most of a pod's bytes and no controller reads them
+_CONTAINER_KEYS = ("name", "resources", "restartPolicy")
+# volume sources whose contents decide something (zones, drain waits); the others keep only their kind
+_VOLUME_KEPT = ("persistentVolumeClaim", "ephemeral", "hostPath", "local")
+# an annotation as large as the object it describes, read by kubectl apply only
+_LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+
+
+def _interned(value: Any) -> Any:
+    """The value with its dict keys and short strings interned: thousands of pods share the same keys, namespaces,
+    label values and condition types, which a JSON decode otherwise allocates once per pod."""
+    if isinstance(value, dict):
+        return {sys.intern(k) if type(k) is str else k: _interned(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_interned(v) for v in value]
+    if type(value) is str and len(value) <= 64:
+        return sys.intern(value)
+    return value
+
+
+def _compact_container(c: Any) -> Any:
+    if not isinstance(c, dict):
+        return c  # left for validation to report
+    out = {k: c[k] for k in _CONTAINER_KEYS if k in c}
+    ports = [p for p in c.get("ports") or [] if isinstance(p, dict) and p.get("hostPort")]
+    if ports:
+        out["ports"] = ports
+    return out
+
+
+def _compact_volume(v: Any) -> Any:
+    if not isinstance(v, dict) or any(k in v for k in _VOLUME_KEPT):
+        return v
+    return {k: ({} if isinstance(val, dict) else val) for k, val in v.items()}
 
 
 def compact_pod(pod: Obj) -> Obj:
-    """A pod without managed fields and without the status parts no controller reads."""
+    """A pod as the controllers read it: no managed fields or last-applied annotation, containers reduced to what
+    scheduling and draining read, volume sources that decide nothing reduced to their kind, only the status parts
+    read, and common strings shared between pods. Dropped at the informer's edge, so a cluster of many pods costs
+    the controller the little it reads of each."""
     out = strip_managed_fields(pod)
+    meta = out.get("metadata")
+    if isinstance(meta, dict) and isinstance(meta.get("annotations"), dict) and _LAST_APPLIED in meta["annotations"]:
+        meta = dict(meta)
+        meta["annotations"] = {k: v for k, v in meta["annotations"].items() if k != _LAST_APPLIED}
+        out["metadata"] = meta
+    spec = pod.get("spec")
+    if isinstance(spec, dict):
+        spec = {k: v for k, v in spec.items() if k != "ephemeralContainers"}
+        for key in ("containers", "initContainers"):
+            if isinstance(spec.get(key), list):
+                spec[key] = [_compact_container(c) for c in spec[key]]
+        if isinstance(spec.get("volumes"), list):
+            spec["volumes"] = [_compact_volume(v) for v in spec["volumes"]]
+        out["spec"] = spec
     status = pod.get("status") or {}
-    out["status"] = {k: status[k] for k in _POD_STATUS_KEYS if k in status}
-    return out
+    out["status"] = {k: status[k] for k in _POD_STATUS_KEYS if k in status} if isinstance(status, dict) else {}
+    return _interned(out)
 
 
 def provider_id(obj: Obj | None) -> str:
@@ -53,12 +108,6 @@ def is_true(obj: Obj | None, type_: str) -> bool:
     """Whether the condition of that type is True."""
     c = condition(obj, type_)
     return c is not None and c.get("status") == "True"
-
-
-def owned_by_daemonset(pod: Obj) -> bool:
-    """Whether a DaemonSet controls the pod."""
-    return any(r.get("kind") == "DaemonSet" and r.get("controller")
-               for r in (pod.get("metadata") or {}).get("ownerReferences") or [] if isinstance(r, dict))
 
 
 def is_mirror(pod: Obj) -> bool:
@@ -86,8 +135,38 @@ def is_provisionable(pod: Obj) -> bool:
     return c is not None and c.get("status") == "False" and c.get("reason") == "Unschedulable"
 
 
+def daemonset_controller(pod: Obj) -> str:
+    """The UID of the DaemonSet that controls the pod ("" when none does)."""
+    for r in (pod.get("metadata") or {}).get("ownerReferences") or []:
+        if isinstance(r, dict) and r.get("kind") == "DaemonSet" and r.get("controller"):
+            return str(r.get("uid") or "")
+    return ""
+
+
+class InformerView(Mapping[Any, Obj]):
+    """An informer's store read as a mapping, keyed as the caller keys it (e.g. (namespace, name) for claims): the
+    scheduler's inputs read the live cache without copying it."""
+
+    def __init__(self, informer: Informer, key: Callable[[Any], str] = str) -> None:
+        self._informer = informer
+        self._key = key
+
+    def __getitem__(self, k: Any) -> Obj:
+        obj = self._informer.get(self._key(k))
+        if obj is None:
+            raise KeyError(k)
+        return obj
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(key_of(o) for o in self._informer.items())
+
+    def __len__(self) -> int:
+        return len(self._informer.items())
+
+
 class Cluster:
-    """Informers for nodes, pods, NodeClaims, NodePools, EC2NodeClasses, DaemonSets and PDBs, plus indexes."""
+    """Informers for nodes, pods, NodeClaims, NodePools, EC2NodeClasses, DaemonSets, PDBs, namespaces and the
+    volume objects a pod's zone depends on (PVCs, PVs, StorageClasses), plus indexes."""
 
     def __init__(self, client: KubeClient, clock: Callable[[], float] = time.time) -> None:
         self.client = client
@@ -99,11 +178,18 @@ class Cluster:
         self.nodeclasses_informer = Informer(client, R.EC2NODECLASSES, name="ec2nodeclasses")
         self.daemonsets_informer = Informer(client, R.DAEMONSETS, name="daemonsets")
         self.pdbs_informer = Informer(client, R.PDBS, name="poddisruptionbudgets")
+        self.namespaces_informer = Informer(client, R.NAMESPACES, name="namespaces")
+        self.pvcs_informer = Informer(client, R.PERSISTENTVOLUMECLAIMS, name="persistentvolumeclaims")
+        self.pvs_informer = Informer(client, R.PERSISTENTVOLUMES, name="persistentvolumes")
+        self.storageclasses_informer = Informer(client, R.STORAGECLASSES, name="storageclasses")
         self._lock = threading.Lock()
         self._pods_by_node: dict[str, set[str]] = defaultdict(set)
         self._pod_node: dict[str, str] = {}
         self._nodeclaim_by_pid: dict[str, str] = {}
         self._node_by_pid: dict[str, str] = {}
+        self._pods_by_daemonset: dict[str, set[str]] = defaultdict(set)  # DaemonSet uid -> its pods' keys
+        self._pod_daemonset: dict[str, str] = {}
+        self._provisionable: set[str] = set()  # keys of provisionable pods
         self._created: dict[str, float] = {}  # NodeClaims this process created, until the informer shows them
         self.pods_informer.add_handler(self._on_pod)
         self.nodes_informer.add_handler(self._on_node)
@@ -113,7 +199,8 @@ class Cluster:
     def informers(self) -> list[Informer]:
         """Every informer, in the order they should start."""
         return [self.nodepools_informer, self.nodeclasses_informer, self.nodeclaims_informer, self.nodes_informer,
-                self.daemonsets_informer, self.pdbs_informer, self.pods_informer]
+                self.daemonsets_informer, self.pdbs_informer, self.namespaces_informer, self.pvcs_informer,
+                self.pvs_informer, self.storageclasses_informer, self.pods_informer]
 
     def start(self, stop: threading.Event) -> list[threading.Thread]:
         """Start every informer's list+watch loop."""
@@ -134,7 +221,9 @@ class Cluster:
         if obj is None:
             return
         key = key_of(obj)
-        node = "" if event == "DELETED" or new is None else str((new.get("spec") or {}).get("nodeName") or "")
+        gone = event == "DELETED" or new is None
+        node = "" if gone or new is None else str((new.get("spec") or {}).get("nodeName") or "")
+        owner = "" if gone or new is None else daemonset_controller(new)
         with self._lock:
             prev = self._pod_node.pop(key, "")
             if prev:
@@ -144,6 +233,18 @@ class Cluster:
             if node:
                 self._pod_node[key] = node
                 self._pods_by_node[node].add(key)
+            prev_owner = self._pod_daemonset.pop(key, "")
+            if prev_owner:
+                self._pods_by_daemonset[prev_owner].discard(key)
+                if not self._pods_by_daemonset[prev_owner]:
+                    del self._pods_by_daemonset[prev_owner]
+            if owner:
+                self._pod_daemonset[key] = owner
+                self._pods_by_daemonset[owner].add(key)
+            if not gone and new is not None and is_provisionable(new):
+                self._provisionable.add(key)
+            else:
+                self._provisionable.discard(key)
 
     def _on_node(self, event: str, old: Obj | None, new: Obj | None) -> None:
         with self._lock:
@@ -230,8 +331,15 @@ class Cluster:
         return [p for p in (self.pods_informer.get(k) for k in keys) if p is not None]
 
     def pending_pods(self) -> list[Obj]:
-        """Provisionable pods, in a stable order."""
-        return sorted((p for p in self.pods_informer.items() if is_provisionable(p)), key=key_of)
+        """Provisionable pods, in a stable order (from the index: no pass over every pod)."""
+        with self._lock:
+            keys = sorted(self._provisionable)
+        return [p for p in (self.pods_informer.get(k) for k in keys) if p is not None and is_provisionable(p)]
+
+    def has_provisionable_pods(self) -> bool:
+        """Whether any pod is provisionable."""
+        with self._lock:
+            return bool(self._provisionable)
 
     def pdbs(self) -> list[Obj]:
         """Every PodDisruptionBudget."""
@@ -240,6 +348,28 @@ class Cluster:
     def daemonsets(self) -> list[Obj]:
         """Every DaemonSet."""
         return self.daemonsets_informer.items()
+
+    def daemonset_pod(self, daemonset: Obj) -> Obj | None:
+        """The newest live pod the DaemonSet controls (as Karpenter's cluster state keeps it): its requests are what
+        LimitRanges and admission webhooks made of the template, so they size the per-node overhead best."""
+        uid = str((daemonset.get("metadata") or {}).get("uid") or "")
+        if not uid:
+            return None
+        with self._lock:
+            keys = list(self._pods_by_daemonset.get(uid, ()))
+        pods = [p for p in (self.pods_informer.get(k) for k in keys) if p is not None and not is_terminal(p)]
+        return max(pods, key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp") or ""), default=None)
+
+    def namespace_labels(self) -> dict[str, dict[str, str]]:
+        """Every namespace's labels, by name (for pod affinity terms' namespaceSelector)."""
+        return {str(ns["metadata"]["name"]): dict((ns.get("metadata") or {}).get("labels") or {})
+                for ns in self.namespaces_informer.items()}
+
+    def volume_topology(self) -> VolumeTopology:
+        """PVCs, PVs and StorageClasses as the scheduler's inputs read them, straight from the informers' caches."""
+        return VolumeTopology(pvcs=InformerView(self.pvcs_informer, lambda k: f"{k[0]}/{k[1]}"),
+                              pvs=InformerView(self.pvs_informer),
+                              storage_classes=InformerView(self.storageclasses_informer))
 
     def nodepools(self) -> list[Obj]:
         """Every NodePool."""

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import importlib
 import logging
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
+from controller import metrics as M
+from controller.api import conditions as C
 from controller.api import labels as L
 from controller.cloud.aws.errors import NodeClaimNotFoundError
 from controller.cloud.provider import CloudProvider
@@ -30,11 +31,6 @@ from controller.termination import drain as D
 
 log = logging.getLogger("karpy.termination")
 
-try:  # the metrics module may not be there (yet): counting is best effort
-    _metrics: Any = importlib.import_module("controller.metrics")
-except ImportError:  # pragma: no cover - depends on the tree
-    _metrics = None
-
 Obj = dict[str, Any]
 
 DRAINED = "Drained"
@@ -44,30 +40,6 @@ DISRUPTION_REASON = "DisruptionReason"
 MULTIPLE_PDBS = "This pod has more than one PodDisruptionBudget"
 RECENT_ACTION = 10.0  # seconds a pod we evicted or deleted is not acted on again while the cache catches up
 _LOCK_STRIPES = 64
-
-
-def _count(name: str, **labels: str) -> None:
-    """Increment a counter of controller.metrics by its constant name, with the labels it declares."""
-    metric = getattr(_metrics, name, None) if _metrics is not None else None
-    if metric is None:
-        return
-    try:
-        names = tuple(getattr(metric, "_labelnames", ()) or ())
-        (metric.labels(**{n: labels.get(n, "") for n in names}) if names else metric).inc()
-    except Exception:  # a metric is never worth a failed reconcile
-        log.debug("counting %s failed", name, exc_info=True)
-
-
-def _observe(name: str, value: float, **labels: str) -> None:
-    """Observe a histogram of controller.metrics by its constant name, with the labels it declares."""
-    metric = getattr(_metrics, name, None) if _metrics is not None else None
-    if metric is None:
-        return
-    try:
-        names = tuple(getattr(metric, "_labelnames", ()) or ())
-        (metric.labels(**{n: labels.get(n, "") for n in names}) if names else metric).observe(max(value, 0.0))
-    except Exception:  # a metric is never worth a failed reconcile
-        log.debug("observing %s failed", name, exc_info=True)
 
 
 def _meta(obj: Obj) -> Obj:
@@ -177,7 +149,7 @@ class Terminator:
         gone = False
         drained_now = False
         if node is not None:
-            if not D.is_ready(node) and self._instance_gone(pid):
+            if not C.node_ready(node) and self._instance_gone(pid):
                 gone = True  # the kubelet is not running and the instance is gone: nothing left to drain
             else:
                 node = self._taint(node, extra)
@@ -194,8 +166,8 @@ class Terminator:
                 # Karpenter: from InstanceTerminating's transition until the cloud says the instance is gone
                 began = D.parse_time((D.get_condition(status, INSTANCE_TERMINATING) or {}).get("lastTransitionTime"))
                 if began is not None:
-                    _observe("NODECLAIMS_INSTANCE_TERMINATION_DURATION", now - began,
-                             nodepool=_labels(claim).get(L.NODEPOOL, ""))
+                    M.NODECLAIMS_INSTANCE_TERMINATION_DURATION.labels(
+                        nodepool=_labels(claim).get(L.NODEPOOL, "")).observe(max(now - began, 0.0))
         if result is not None:
             if status != stored:
                 patched = self._write_status(claim, status)
@@ -204,10 +176,10 @@ class Terminator:
                 if isinstance(patched, Result):
                     return patched
             if drained_now:
-                _count("NODES_DRAINED", nodepool=_labels(claim).get(L.NODEPOOL, ""))
+                M.NODES_DRAINED.labels(nodepool=_labels(claim).get(L.NODEPOOL, "")).inc()
             return result
         if drained_now:
-            _count("NODES_DRAINED", nodepool=_labels(claim).get(L.NODEPOOL, ""))
+            M.NODES_DRAINED.labels(nodepool=_labels(claim).get(L.NODEPOOL, "")).inc()
         if node is not None:
             self._delete_node(node, extra, D.parse_time(_meta(claim).get("deletionTimestamp")))
         return Result() if self._remove_claim_finalizer(claim, extra) else Result(requeue_after=0.1)
@@ -278,13 +250,14 @@ class Terminator:
             log.info("deleted nodeclaim", extra=extra)
             labels = _labels(claim)
             reason = D.get_condition(claim.get("status"), DISRUPTION_REASON) or {}
-            _count("NODECLAIMS_TERMINATED", nodepool=labels.get(L.NODEPOOL, ""),
-                   capacity_type=labels.get(L.CAPACITY_TYPE, ""), zone=labels.get(L.ZONE, ""),
-                   reason=str(reason.get("reason") or "") if reason.get("status") == "True" else "")
+            M.NODECLAIMS_TERMINATED.labels(
+                nodepool=labels.get(L.NODEPOOL, ""), capacity_type=labels.get(L.CAPACITY_TYPE, ""),
+                zone=labels.get(L.ZONE, ""),
+                reason=str(reason.get("reason") or "") if reason.get("status") == "True" else "").inc()
             deleted = D.parse_time(_meta(claim).get("deletionTimestamp"))
             if deleted is not None:
-                _observe("NODECLAIMS_TERMINATION_DURATION", self.clock() - deleted,
-                         nodepool=labels.get(L.NODEPOOL, ""))
+                M.NODECLAIMS_TERMINATION_DURATION.labels(nodepool=labels.get(L.NODEPOOL, "")).observe(
+                    max(self.clock() - deleted, 0.0))
             return True
         return False
 
@@ -293,7 +266,7 @@ class Terminator:
         """A deleted Node without a NodeClaim: drain it (no deadline), wait for its volumes, let it go."""
         extra: Obj = {"controller": "node.termination", "Node": {"name": _name(node)}}
         pid = _node_provider_id(node)
-        if not (not D.is_ready(node) and pid and self._instance_gone(pid)):
+        if not (not C.node_ready(node) and pid and self._instance_gone(pid)):
             node = self._taint(node, extra)
             now = self.clock()
             scratch: Obj = {}
@@ -357,13 +330,15 @@ class Terminator:
         """Log and count a Node let go; its termination took from its deletion (or its NodeClaim's) until now."""
         log.info("deleted node", extra=extra)
         labels = _labels(node)
-        _count("NODES_TERMINATED", nodepool=labels.get(L.NODEPOOL, ""), zone=labels.get(L.ZONE, ""))
+        M.NODES_TERMINATED.labels(nodepool=labels.get(L.NODEPOOL, ""), zone=labels.get(L.ZONE, "")).inc()
         since = D.parse_time(_meta(node).get("deletionTimestamp")) or requested
         if since is not None:
-            _observe("NODES_TERMINATION_DURATION", self.clock() - since, nodepool=labels.get(L.NODEPOOL, ""))
+            M.NODES_TERMINATION_DURATION.labels(nodepool=labels.get(L.NODEPOOL, "")).observe(
+                max(self.clock() - since, 0.0))
         created = D.parse_time(_meta(node).get("creationTimestamp"))
         if created is not None:
-            _observe("NODES_LIFETIME_DURATION", self.clock() - created, nodepool=labels.get(L.NODEPOOL, ""))
+            M.NODES_LIFETIME_DURATION.labels(nodepool=labels.get(L.NODEPOOL, "")).observe(
+                max(self.clock() - created, 0.0))
 
     # ---- drain -------------------------------------------------------------------------------------------------
     def _drain(self, node: Obj, claim: Obj | None, status: Obj, deadline: float | None, now: float,
@@ -427,20 +402,20 @@ class Terminator:
             if not self._backoff.ready(key, now):
                 return
         try:
-            self.client.evict(str(meta.get("namespace")), str(meta.get("name")))
+            self.client.evict(str(meta.get("namespace")), str(meta.get("name")), uid=meta.get("uid") or None)
         except (NotFoundError, ConflictError):  # gone, or another pod by now
-            _count("EVICTION_REQUESTS", code="404")
+            M.EVICTION_REQUESTS.labels(code="404").inc()
             self._acted(key, now)
             return
         except TooManyRequestsError:
-            _count("EVICTION_REQUESTS", code="429")
+            M.EVICTION_REQUESTS.labels(code="429").inc()
             with self._state:
                 self._backoff.failed(key, now)
             self.recorder.publish(node, "Warning", "FailedDraining",
                                   "Failed to drain node, evicting pod violates a PDB")
             return
         except KubeError as e:
-            _count("EVICTION_REQUESTS", code=str(e.status))
+            M.EVICTION_REQUESTS.labels(code=str(e.status)).inc()
             with self._state:
                 self._backoff.failed(key, now)
             if MULTIPLE_PDBS in (e.message or ""):
@@ -458,10 +433,10 @@ class Terminator:
                                                     "Pod": {"namespace": meta.get("namespace"),
                                                             "name": meta.get("name")}})
             return
-        _count("EVICTION_REQUESTS", code="200")
+        M.EVICTION_REQUESTS.labels(code="200").inc()
         self._acted(key, now)
         self.recorder.publish(pod, "Normal", "Evicted", f"Evicted pod: {reason}")
-        _count("PODS_DRAINED", reason=reason)
+        M.PODS_DRAINED.labels(reason=reason).inc()
 
     def _force_delete(self, pod: Obj, deadline: float, now: float, reason: str, extra: Obj) -> None:
         """Delete a pod whose grace period would outlast the node's deadline, with what is left of it (bypassing its
@@ -488,7 +463,7 @@ class Terminator:
                                          "pod.terminationGracePeriodSeconds": tgps,
                                          "delete.gracePeriodSeconds": grace,
                                          "nodeclaim.terminationTime": D.format_time(deadline)})
-        _count("PODS_DRAINED", reason=reason)
+        M.PODS_DRAINED.labels(reason=reason).inc()
 
     # ---- volumes and the instance ------------------------------------------------------------------------------
     def _await_volumes(self, node: Obj, status: Obj, deadline: float | None, now: float,

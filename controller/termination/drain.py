@@ -4,13 +4,14 @@ which tier, the terminationGracePeriod deadline, the per-pod eviction backoff an
 from __future__ import annotations
 
 import datetime as dt
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from controller.api import conditions as C
 from controller.api import labels as L
+from controller.api.durations import parse_go_duration
+from controller.api.pods import owned_by, owned_by_daemonset
 from controller.api.taints import Taint, toleration_from_dict
 
 Obj = dict[str, Any]
@@ -27,38 +28,16 @@ INSTANCE_POLL = 5.0
 EVICTION_BASE_DELAY = 0.1
 EVICTION_MAX_DELAY = 10.0
 
-# Karpenter's tiers: the next starts only once every pod of the previous one is gone
+# Karpenter's groupPodsByPriority tiers: the next starts only once every pod of the previous one is gone
 TIER_NONCRITICAL = 0
-TIER_CRITICAL = 1
-TIER_NONCRITICAL_DAEMON = 2
+TIER_NONCRITICAL_DAEMON = 1
+TIER_CRITICAL = 2
 TIER_CRITICAL_DAEMON = 3
-TIER_NAMES = ("non-critical", "critical", "non-critical daemon", "critical daemon")
+TIER_NAMES = ("non-critical", "non-critical daemon", "critical", "critical daemon")
 
-_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
-_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
 # ---- time ------------------------------------------------------------------------------------------------------
-
-def parse_go_duration(value: str) -> float:
-    """A Go duration string (1h30m, 90s, 1.5h, 500ms, -2m, 0) as seconds; ValueError when it is not one."""
-    text = value.strip()
-    sign = -1.0 if text.startswith("-") else 1.0
-    text = text.lstrip("+-")
-    if text == "0":
-        return 0.0
-    if not text:
-        raise ValueError(f"{value!r} is not a duration")
-    total, pos = 0.0, 0
-    for m in _DURATION_PART.finditer(text):
-        if m.start() != pos:
-            raise ValueError(f"{value!r} is not a duration")
-        total += float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
-        pos = m.end()
-    if pos != len(text):
-        raise ValueError(f"{value!r} is not a duration")
-    return sign * total
-
 
 def parse_time(value: Any) -> float | None:
     """An RFC 3339 timestamp as epoch seconds (None when absent or malformed)."""
@@ -107,19 +86,9 @@ def _spec(obj: Obj) -> Obj:
     return obj.get("spec") or {}
 
 
-def _owned_by(pod: Obj, api_version: str, kind: str) -> bool:
-    return any(isinstance(r, dict) and r.get("apiVersion") == api_version and r.get("kind") == kind
-               for r in _meta(pod).get("ownerReferences") or [])
-
-
-def owned_by_daemonset(pod: Obj) -> bool:
-    """Whether an apps/v1 DaemonSet owns the pod (any owner reference, as Karpenter checks)."""
-    return _owned_by(pod, "apps/v1", "DaemonSet")
-
-
 def is_static(pod: Obj) -> bool:
     """A static pod's mirror: owned by its Node or annotated as a mirror; the API cannot evict or delete it."""
-    return _owned_by(pod, "v1", "Node") or "kubernetes.io/config.mirror" in (_meta(pod).get("annotations") or {})
+    return owned_by(pod, "v1", "Node") or "kubernetes.io/config.mirror" in (_meta(pod).get("annotations") or {})
 
 
 def is_terminal(pod: Obj) -> bool:
@@ -215,7 +184,7 @@ def force_delete_grace(deadline: float, now: float) -> int:
 
 
 def tier(pod: Obj) -> int:
-    """The drain tier: non-critical, then critical, then non-critical DaemonSet, then critical DaemonSet pods."""
+    """The drain tier: non-critical, then non-critical DaemonSet, then critical, then critical DaemonSet pods."""
     if owned_by_daemonset(pod):
         return TIER_CRITICAL_DAEMON if is_critical(pod) else TIER_NONCRITICAL_DAEMON
     return TIER_CRITICAL if is_critical(pod) else TIER_NONCRITICAL
@@ -298,14 +267,6 @@ def has_disrupted_taint(node: Obj) -> bool:
     """Whether the node carries karpenter.sh/disrupted:NoSchedule."""
     return any(isinstance(t, dict) and t.get("key") == DISRUPTED_TAINT["key"]
                and t.get("effect") == DISRUPTED_TAINT["effect"] for t in _spec(node).get("taints") or [])
-
-
-def is_ready(node: Obj) -> bool:
-    """The Node's Ready condition is True."""
-    for c in (node.get("status") or {}).get("conditions") or []:
-        if isinstance(c, dict) and c.get("type") == "Ready":
-            return c.get("status") == "True"
-    return False
 
 
 # ---- conditions ------------------------------------------------------------------------------------------------

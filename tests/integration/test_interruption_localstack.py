@@ -14,7 +14,7 @@ import pytest
 
 from controller.cloud.aws.events import INTERRUPTION_RULES, put_events_entry, sample_event
 from controller.cloud.aws.interruption import DELETE_FAILED, DELETED, FAILED, RECEIVED, InterruptionQueue
-from controller.interruption.messages import Event
+from controller.cloud.aws.messages import Event
 from infra.policies import queue_policy
 
 pytestmark = pytest.mark.localstack

@@ -1,5 +1,5 @@
 """The kube runtime against the real apiserver: typed errors, the rate limiter, informers (and their relist after a
-410), the Eviction API under a PDB, Lease leader election and the event recorder."""
+410), the Eviction API under a PDB and with a UID precondition, Lease leader election and the event recorder."""
 
 from __future__ import annotations
 
@@ -113,6 +113,9 @@ def test_eviction_is_refused_by_a_pdb_until_it_allows(kube: KubeClient, kube_api
                "spec": {"nodeName": node, "terminationGracePeriodSeconds": 0,
                         "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.9"}]}}
         kube.create(R.PODS, pod, ns)
+        with pytest.raises(ConflictError):  # the UID precondition: a same-named successor is not evicted
+            kube.evict(ns, "p", uid=str(uuid.uuid4()))
+        assert not kube.get(R.PODS, "p", ns)["metadata"].get("deletionTimestamp")
         # a PDB counts only running, ready pods: report it as its kubelet would (minAvailable: the pod has no
         # controller, which maxUnavailable would need)
         kube.patch(R.PODS, "p", {"status": {"phase": "Running", "conditions": [
@@ -126,7 +129,7 @@ def test_eviction_is_refused_by_a_pdb_until_it_allows(kube: KubeClient, kube_api
             kube.evict(ns, "p")
         kube.patch(pdbs, "p", {"spec": {"minAvailable": 0}}, ns)
         _wait(lambda: (kube.get(pdbs, "p", ns).get("status") or {}).get("disruptionsAllowed") == 1)
-        kube.evict(ns, "p")
+        kube.evict(ns, "p", uid=kube.get(R.PODS, "p", ns)["metadata"]["uid"])
         _wait(lambda: not [p for p in kube.list(R.PODS, ns)[0] if not p["metadata"].get("deletionTimestamp")])
     finally:
         kube.delete(R.NAMESPACES, ns)

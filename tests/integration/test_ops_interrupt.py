@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from cli import main
 from controller.cloud.aws.events import SPOT_INTERRUPTION, interruption_event_patterns
-from controller.interruption.messages import Action, SpotInterruption, action_for, parse_message
+from controller.cloud.aws.messages import Action, SpotInterruption, action_for, parse_message
 
 pytestmark = [pytest.mark.localstack, pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")]
 

@@ -20,7 +20,7 @@ from controller.settings import read_legacy_configmaps
 pytestmark = [pytest.mark.kube, pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")]
 
 ROOT = Path(__file__).resolve().parents[2]
-KARPY = ROOT / ".venv" / "bin" / "karpy"
+KARPY = Path(sys.executable).with_name("karpy")  # the console script installed beside the interpreter running tests
 NAMESPACE = "kube-system"
 GLOBAL = {"aws.clusterName": "legacy-cluster", "aws.clusterEndpoint": "https://legacy.example.com",
           "aws.interruptionQueueName": "legacy-queue", "aws.isolatedVPC": "true",

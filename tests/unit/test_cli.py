@@ -234,7 +234,7 @@ def test_context_for_an_environment_endpoint(tmp_path):
 
 
 def test_the_interruption_message_is_awss_and_the_controllers():
-    from controller.interruption.messages import SpotInterruption, parse_message
+    from controller.cloud.aws.messages import SpotInterruption, parse_message
     from controller.ops.interrupt import region_of_queue, spot_interruption_event
 
     event = spot_interruption_event({"InstanceId": "i-0123456789abcdef0", "OwnerId": "111122223333"}, "eu-west-1")

@@ -88,8 +88,9 @@ def test_scheduling_pod_folds_in_the_zone_of_its_bound_volume():
         pvs={"pv-1": {"spec": {"nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
             {"key": L.ZONE, "operator": "In", "values": ["us-east-1b"]}]}]}}}}})
     p = inputs.scheduling_pod(raw, volumes)
-    assert [t.labels() for t in p.node_terms] == [{L.ZONE: "us-east-1b"}]
-    assert inputs.scheduling_pod(raw).node_terms == ()  # without volumes, nothing is looked up
+    assert [t.labels() for t in p.volume_terms] == [{L.ZONE: "us-east-1b"}]
+    assert p.node_terms == ()  # kept apart from node affinity (topology spread does not count with it)
+    assert inputs.scheduling_pod(raw).volume_terms == ()  # without volumes, nothing is looked up
     with pytest.raises(inputs.InputError, match=r"Pod/default/p: .*PersistentVolumeClaim default/data not found"):
         inputs.scheduling_pod(raw, inputs.VolumeTopology())
 
@@ -198,3 +199,40 @@ def test_limits_count_what_existing_nodes_use():
                                 "default"])
     plan = Scheduler([pool]).solve([inputs.scheduling_pod(pod())])
     assert not plan.node_claims and "limits exceeded" in plan.unschedulable["default/p"]
+
+
+def _pv(name: str, *terms: list[dict], **spec) -> dict:
+    return {"metadata": {"name": name}, "spec": {"nodeAffinity": {"required": {"nodeSelectorTerms": [
+        {"matchExpressions": t} for t in terms]}}, **spec}}
+
+
+def _zone(*zones: str) -> dict:
+    return {"key": L.ZONE, "operator": "In", "values": list(zones)}
+
+
+def test_volume_alternatives_as_karpenters_volume_topology():
+    """A PV's terms are alternatives; two volumes keep only the pairings that agree; a hostPath/local volume's
+    hostname requirement is dropped; a generic ephemeral volume is read through the claim <pod>-<volume>."""
+    raw = pod(volumes=[{"name": "a", "persistentVolumeClaim": {"claimName": "a"}},
+                       {"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}}])
+    volumes = inputs.VolumeTopology(
+        pvcs={("default", "a"): {"spec": {"volumeName": "pv-a"}},
+              ("default", "p-scratch"): {"spec": {"volumeName": "pv-b"}}},
+        pvs={"pv-a": _pv("pv-a", [_zone("us-east-1a")], [_zone("us-east-1b")]),
+             "pv-b": _pv("pv-b", [_zone("us-east-1b"), {"key": L.HOSTNAME, "operator": "In", "values": ["n1"]}],
+                         hostPath={"path": "/x"})})
+    p = inputs.scheduling_pod(raw, volumes)
+    assert [t.labels() for t in p.volume_terms] == [{L.ZONE: "us-east-1b"}]
+    # an unbound claim: its StorageClass's topologies, each an alternative; a StorageClass that is not there is said
+    raw = pod(volumes=[{"name": "a", "persistentVolumeClaim": {"claimName": "new"}}])
+    volumes = inputs.VolumeTopology(pvcs={("default", "new"): {"spec": {"storageClassName": "zonal"}}},
+                                    storage_classes={"zonal": {"allowedTopologies": [
+                                        {"matchLabelExpressions": [{"key": L.ZONE, "values": ["us-east-1a"]}]},
+                                        {"matchLabelExpressions": [{"key": L.ZONE, "values": ["us-east-1c"]}]}]}})
+    assert sorted(t.labels()[L.ZONE] for t in inputs.scheduling_pod(raw, volumes).volume_terms) == [
+        "us-east-1a", "us-east-1c"]
+    with pytest.raises(inputs.InputError, match="StorageClass zonal of PersistentVolumeClaim default/new not found"):
+        inputs.scheduling_pod(raw, inputs.VolumeTopology(pvcs=volumes.pvcs))
+    deleting = {("default", "new"): {"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"}, "spec": {}}}
+    with pytest.raises(inputs.InputError, match="PersistentVolumeClaim default/new is being deleted"):
+        inputs.scheduling_pod(raw, inputs.VolumeTopology(pvcs=deleting))

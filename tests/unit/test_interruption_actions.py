@@ -11,6 +11,7 @@ import pytest
 
 from controller.cloud.aws.events import sample_event
 from controller.cloud.aws.interruption import DELETED, FAILED, RECEIVED, InterruptionQueue, message_type
+from controller.cloud.aws.messages import parse_message
 from controller.cloud.aws.unavailable import UnavailableOfferings
 from controller.interruption.controller import (
     INVALID_INSTANCE_ID,
@@ -20,7 +21,6 @@ from controller.interruption.controller import (
     instance_id_of,
     valid_instance_id,
 )
-from controller.interruption.messages import parse_message
 from controller.kube.errors import KubeError, NotFoundError
 
 IID = "i-0123456789abcdef0"

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from controller.cloud.aws.events import INTERRUPTION_RULES, interruption_event_patterns, sample_event
-from controller.interruption.messages import (
+from controller.cloud.aws.messages import (
     Action,
     CapacityReservationInterruption,
     MessageError,
@@ -287,7 +287,7 @@ def test_hostile_bodies_are_a_message_error_with_a_short_reason(body: str, messa
 
 
 # ---- found by mutation testing: the bounds and encodings of a message body ---------------------------------------
-from controller.interruption.messages import MAX_BODY, MAX_DIGITS, MAX_FIELD, MAX_INSTANCES  # noqa: E402
+from controller.cloud.aws.messages import MAX_BODY, MAX_DIGITS, MAX_FIELD, MAX_INSTANCES  # noqa: E402
 
 
 def _spot(instance_id: object = "i-1234567890abcdef0", **envelope: object) -> str:

@@ -13,6 +13,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from controller import metrics as M
+from controller.cloud.metered import MeteredCloudProvider
 from controller.health import Servers, serve
 from controller.kube import resources as R
 from controller.termination.controller import Terminator
@@ -276,7 +277,7 @@ def test_cloud_provider_calls_are_timed_and_their_errors_counted_with_karpenters
     w.cloud.get = lambda pid: (_ for _ in ()).throw(NodeClaimNotFoundError(pid))
     w.cloud.list = lambda: []
     w.cloud.delete = lambda pid: None
-    metered = M.MeteredCloudProvider(w.cloud, "fake")
+    metered = MeteredCloudProvider(w.cloud, "fake")
     w.lifecycle.cloud = metered
     w.prov.cloud = metered
     create = {"controller": "nodeclaim.lifecycle", "method": "Create", "provider": "fake"}

@@ -41,7 +41,8 @@ def _pod(**overrides):
     ({"status__nominatedNodeName": "n1"}, False),
     ({"status__phase": "Failed"}, False),
     ({"metadata__deletionTimestamp": "2026-01-01T00:00:00Z"}, False),
-    ({"metadata__ownerReferences": [{"kind": "DaemonSet", "name": "d", "controller": True}]}, False),
+    ({"metadata__ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "d",
+                                     "controller": True}]}, False),
     ({"metadata__annotations": {"kubernetes.io/config.mirror": "x"}}, False),
     ({"status__conditions": [{"type": "PodScheduled", "status": "False", "reason": "SchedulerError"}]}, False),
     ({"status__conditions": []}, False),
@@ -253,7 +254,7 @@ from controller.cloud.provider import LaunchedNode  # noqa: E402
 from controller.kube import resources as R  # noqa: E402
 from controller.nodeclass.hash import reconcile_hash  # noqa: E402
 from controller.nodepool.status import NodePoolStatusController  # noqa: E402
-from controller.provisioning.provisioner import Provisioner  # noqa: E402
+from controller.provisioning.provisioner import Provisioner, Results  # noqa: E402
 from tests.unit.kubefake import FakeKube, FakeRecorder, stamp  # noqa: E402
 
 GI = 1024**3
@@ -551,7 +552,12 @@ def test_nothing_is_decided_until_this_process_sees_its_own_nodeclaims():
     # the provisioner's loop waits (no pass) while unsynced
     cluster.mark_created("general-y")
     passes: list[int] = []
-    w.prov.schedule = lambda: passes.append(1)
+
+    def counted() -> Results:
+        passes.append(1)
+        return Results()
+
+    w.prov.schedule = counted
     w.prov.batcher = Batcher(idle=0.01, maximum=0.05)
     stop = threading.Event()
     t = threading.Thread(target=w.prov.run, args=(stop,), daemon=True)

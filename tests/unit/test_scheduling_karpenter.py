@@ -517,3 +517,160 @@ def test_zonal_spread_over_many_nodes_keeps_the_skew():
     zones = placed_zones(plan, more)
     assert max(zones.count(z) for z in set(zones)) - min(zones.count(z) for z in set(zones)) <= 2
     assert len(set(zones)) == 3
+
+
+# ---- pod affinity: namespaces and chains --------------------------------------------------------------------------
+def _ns_pod(namespace: str, name: str, labels: dict[str, str] | None = None, namespace_labels=None, **spec):
+    from controller.scheduling.pod import pod_from_dict
+
+    spec.setdefault("containers", [{"name": "c", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}])
+    return pod_from_dict({"metadata": {"name": name, "namespace": namespace, "labels": labels or {}},
+                          "spec": spec}, namespace_labels)
+
+
+def _affinity_term(**term: object) -> dict[str, object]:
+    return {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"topologyKey": HOST, "labelSelector": {"matchLabels": S2}, **term}]}}
+
+
+def _ten_spread_nodes() -> list:
+    return [pod(cpu="100m", labels={"app": "web"}, topologySpreadConstraints=spread(HOST)) for _ in range(10)]
+
+
+def test_should_filter_pod_affinity_topologies_by_namespace_no_matching_pods():
+    """The target is in another namespace, and the term names neither namespaces nor a namespaceSelector: only the
+    pod's own namespace counts, so the affine pod does not schedule."""
+    target = _ns_pod("other-ns-no-match", "target", S2)
+    follower = _ns_pod("default", "follower", affinity=_affinity_term())
+    plan = solve([pool()], [*_ten_spread_nodes(), target, follower])
+    assert "default/follower" in plan.unschedulable and "other-ns-no-match/target" not in plan.unschedulable
+
+
+def test_should_filter_pod_affinity_topologies_by_namespace_matching_pods_namespace_list():
+    target = _ns_pod("other-ns-list", "target", S2)
+    follower = _ns_pod("default", "follower", affinity=_affinity_term(namespaces=["other-ns-list"]))
+    plan = solve([pool()], [*_ten_spread_nodes(), target, follower])
+    assert not plan.unschedulable and claim_of(plan, follower) is claim_of(plan, target)
+
+
+def test_should_filter_pod_affinity_topologies_by_namespace_empty_namespace_selector():
+    """An empty namespaceSelector selects every namespace."""
+    target = _ns_pod("empty-ns-selector", "target", S2)
+    follower = _ns_pod("default", "follower", affinity=_affinity_term(namespaceSelector={}))
+    plan = solve([pool()], [*_ten_spread_nodes(), target, follower])
+    assert not plan.unschedulable and claim_of(plan, follower) is claim_of(plan, target)
+
+
+def test_pod_affinity_namespace_selector_matches_namespace_labels():
+    namespaces = {"team-a": {"team": "a"}, "team-b": {"team": "b"}}
+    target = _ns_pod("team-a", "target", S2)
+    wants_a = _ns_pod("default", "wants-a", namespace_labels=namespaces,
+                      affinity=_affinity_term(namespaceSelector={"matchLabels": {"team": "a"}}))
+    wants_b = _ns_pod("default", "wants-b", namespace_labels=namespaces,
+                      affinity=_affinity_term(namespaceSelector={"matchLabels": {"team": "b"}}))
+    plan = solve([pool()], [target, wants_a, wants_b])
+    assert claim_of(plan, wants_a) is claim_of(plan, target)
+    assert "default/wants-b" in plan.unschedulable
+
+
+def test_should_handle_multiple_dependent_affinities():
+    """DB <- Web <- Cache <- UI, each with hostname affinity to the one before: given in any order, all schedule
+    (Karpenter retries pods while the queue makes progress), on one node."""
+    import itertools
+
+    labels = {name: {"type": name, "spread": "spread"} for name in ("db", "web", "cache", "ui")}
+
+    def chain() -> list:
+        db = pod(cpu="100m", name="db", labels=labels["db"])
+        web = pod(cpu="100m", name="web", labels=labels["web"], affinity=affinity(HOST, labels["db"]))
+        cache = pod(cpu="100m", name="cache", labels=labels["cache"], affinity=affinity(HOST, labels["web"]))
+        ui = pod(cpu="100m", name="ui", labels=labels["ui"], affinity=affinity(HOST, labels["cache"]))
+        return [db, web, cache, ui]
+
+    for order in itertools.permutations(range(4)):
+        pods = chain()
+        plan = solve([pool()], [pods[i] for i in order])
+        assert not plan.unschedulable, (order, plan.unschedulable)
+        assert len({id(claim_of(plan, p)) for p in pods}) == 1, order
+
+
+def test_should_fail_to_schedule_pods_with_unsatisfiable_dependencies():
+    lonely = pod(name="db", labels={"type": "db"}, affinity=affinity(HOST, {"type": "web"}))
+    plan = solve([pool()], [lonely])
+    assert "default/db" in plan.unschedulable and not plan.node_claims
+
+
+# ---- DaemonSet overhead from a live pod, NodePool readiness ---------------------------------------------------------
+def test_should_account_for_overhead_using_daemonset_pod_spec_instead_of_daemonset_spec():
+    """Karpenter's suite: a DaemonSet asks 1 cpu / 1Gi in its template, its live pod (after a LimitRange) 2 cpu /
+    2Gi; the pod's requests size the overhead."""
+    from controller.provisioning import inputs
+
+    ds = {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "ds", "namespace": "default",
+                                                                     "uid": "ds"},
+          "spec": {"template": {"spec": {"containers": [{"name": "c", "resources": {
+              "requests": {"cpu": "1", "memory": "1Gi"}}}]}}}}
+    live = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "ds-x", "namespace": "default"},
+            "spec": {"nodeName": "n", "containers": [{"name": "c", "resources": {
+                "requests": {"cpu": "2", "memory": "2Gi"}}}]}}
+    from_template = inputs.daemonset_pod(ds)
+    from_pod = inputs.daemonset_pod(ds, live)
+    assert from_template.requests["cpu"] == 1000 and from_pod.requests["cpu"] == 2000
+    p = pod(cpu="1", mem="1Gi", name="p")
+    assert claim_of(solve([pool()], [p], daemonsets=[from_template]), p).instance_type.name == "fake-it-2"
+    assert claim_of(solve([pool()], [p], daemonsets=[from_pod]), p).instance_type.name == "fake-it-3"
+
+
+def test_daemonset_live_pod_keeps_the_templates_node_affinity_not_its_own_node():
+    """The DaemonSet controller pins each pod to its node with a matchFields term; Karpenter puts the template's
+    required node affinity back, so the overhead applies on every node the DaemonSet selects."""
+    from controller.provisioning import inputs
+
+    ds = {"metadata": {"name": "ds", "namespace": "default", "uid": "ds"},
+          "spec": {"template": {"spec": {"affinity": LARGE_TYPES, "containers": [{"name": "c"}]}}}}
+    live = {"metadata": {"name": "ds-x", "namespace": "default"},
+            "spec": {"nodeName": "n", "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In",
+                                                        "values": ["n"]}]}]}}},
+                     "containers": [{"name": "c", "resources": {"requests": {"cpu": "2"}}}]}}
+    overhead = inputs.daemonset_pod(ds, live)
+    assert [r.key for t in overhead.node_terms for r in t] == [L.INSTANCE_CPU]
+    small = pod(cpu="1", mem="1Gi", name="small")
+    assert claim_of(solve([pool()], [small], daemonsets=[overhead]), small).instance_type.name == "fake-it-1"
+
+
+def test_should_not_schedule_pods_with_nodepool_which_is_not_ready():
+    """Karpenter's suite: a NodePool whose Ready condition is False takes no pods (its status says so)."""
+    from controller.provisioning.provisioner import nodepool_not_ready
+
+    manifest = {"metadata": {"name": "default"}, "status": {"conditions": [
+        {"type": "Ready", "status": "False", "reason": "NodeClassNotReady", "message": "EC2NodeClass not ready"}]}}
+    why = nodepool_not_ready(manifest)
+    assert why == 'NodePool "default" is not ready: EC2NodeClass not ready'
+    p = pool()
+    p.not_ready_reason = why
+    plan = solve([p], [pod(name="p")])
+    assert not plan.node_claims and why in plan.unschedulable["default/p"]
+    assert nodepool_not_ready({"metadata": {"name": "x"}}) == ""  # no status yet: its node class decides
+
+
+def test_volume_requirements_place_the_pod_but_do_not_narrow_its_spread_domains():
+    """Karpenter keeps a pod's volume requirements out of the node affinity its topology spread counts with: pods
+    spread over zones, one in each of zones 1 and 2 already; a third whose volume lives in zone 1 would make the skew
+    2 against zone 3 and cannot go; a pod pinned to zone 1 by node affinity counts only zone 1 and can."""
+    import dataclasses as dc
+
+    from controller.scheduling.requirements import Requirements
+
+    web = {"app": "web"}
+    existing = [node(f"n{z}", {ZONE: f"test-zone-{z}"}, pods=[pod(cpu="100m", labels=web, name=f"w{z}")])
+                for z in (1, 2)]
+    zone1 = Requirements.from_labels({ZONE: "test-zone-1"})
+    by_volume = pod(cpu="100m", labels=web, name="vol", topologySpreadConstraints=spread(ZONE))
+    by_volume = dc.replace(by_volume, volume_terms=(zone1,), class_key=None)
+    plan = solve([pool()], [by_volume], existing=existing)
+    assert "maxSkew" in plan.unschedulable["default/vol"]
+    by_affinity = pod(cpu="100m", labels=web, name="aff", topologySpreadConstraints=spread(ZONE),
+                      nodeSelector={ZONE: "test-zone-1"})
+    plan = solve([pool()], [by_affinity], existing=existing)
+    assert plan.existing == {"n1": [by_affinity]}

@@ -25,10 +25,11 @@ from controller.settings import (
     parse_legacy_configmaps,
     read_legacy_configmaps,
     resolve,
+    unsupported_feature_gates,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-KARPY = ROOT / ".venv" / "bin" / "karpy"
+KARPY = Path(sys.executable).with_name("karpy")  # the console script installed beside the interpreter running tests
 BASE = {"CLUSTER_NAME": "demo", "AWS_CONFIG_FILE": "/nonexistent/aws-config"}
 
 
@@ -382,6 +383,21 @@ def test_bad_settings_exit_2_with_one_line_and_no_traceback(tmp_path, env, args,
         lines = result.stderr.splitlines()
         assert len(lines) == 1 and name in lines[0], result.stderr
         assert "Traceback" not in result.stderr and result.stdout == ""
+
+
+@pytest.mark.parametrize("gate", ["NodeRepair", "NodeOverlay", "CapacityBuffer"])
+def test_a_gate_karpy_does_not_implement_is_refused_at_start_in_one_line(tmp_path, gate):
+    result = _karpy(["controller"], _env(tmp_path, CLUSTER_NAME="demo", FEATURE_GATES=f"{gate}=true"))
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and gate in lines[0] and "not supported" in lines[0], result.stderr
+    # --check-config shows the setting and says the same as a warning
+    result = _karpy(["controller", "--check-config"], _env(tmp_path, CLUSTER_NAME="demo",
+                                                           FEATURE_GATES=f"{gate}=true"))
+    assert result.returncode == 0 and any(gate in line and "not supported" in line
+                                          for line in result.stderr.splitlines()), result.stderr
+    # set false, or a gate karpy implements, starts as before (it gets past the settings to the runtime)
+    assert unsupported_feature_gates({gate: False, "StaticCapacity": True, "ReservedCapacity": True}) == []
 
 
 def test_run_mode_without_the_runtime_says_so_in_one_line(tmp_path):

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from cli import main
 from controller.api import load_documents
 from controller.api.documents import parse_documents
+from controller.provisioning import inputs
 from controller.simulate.render import explain_pod, to_dict
 from controller.simulate.run import SimulationError, simulate_documents
 
@@ -206,3 +207,77 @@ def test_cli_simulate_yaml_says_what_json_says():
     from_yaml = yaml.safe_load(as_yaml.output)
     assert from_yaml == json.loads(as_json.output)
     assert from_yaml["nodeClaims"] and from_yaml["cost"]["totalPerHour"] > 0
+
+
+NODEPOOLS_WITH_STATUS = """
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: preferred}
+spec:
+  weight: 50
+  template: {spec: {nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: d}, requirements: []}}
+status:
+  conditions: [{type: Ready, status: "False", reason: NodeClassNotReady, message: EC2NodeClass d not ready}]
+---
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: fallback}
+spec:
+  template: {spec: {nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: d}, requirements: []}}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: team-a, labels: {team: a}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: target, namespace: team-a, labels: {app: db}}
+spec: {containers: [{name: c, resources: {requests: {cpu: "1"}}}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: near-db, namespace: default}
+spec:
+  containers: [{name: c, resources: {requests: {cpu: "1"}}}]
+  affinity:
+    podAffinity:
+      requiredDuringSchedulingIgnoredDuringExecution:
+        - {topologyKey: kubernetes.io/hostname, labelSelector: {matchLabels: {app: db}},
+           namespaceSelector: {matchLabels: {team: a}}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: gpu, namespace: default}
+spec:
+  containers: [{name: c, resources: {claims: [{name: g}]}}]
+  resourceClaims: [{name: g, resourceClaimName: gpu}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: elsewhere, namespace: default}
+spec:
+  containers: [{name: c}]
+  affinity:
+    nodeAffinity:
+      requiredDuringSchedulingIgnoredDuringExecution:
+        nodeSelectorTerms: [{matchExpressions: [{key: karpenter.sh/nodepool, operator: DoesNotExist}]}]
+"""
+
+
+def test_simulate_honours_nodepool_readiness_namespace_selectors_and_karpenters_refusals():
+    """A NodePool whose status says it is not Ready takes no pods; a namespaceSelector is matched against the
+    Namespace documents; pods with resource claims are refused as the controller refuses them; pods that ask for
+    non-Karpenter capacity are left out with a note."""
+    result = simulate_documents(parse_documents(NODEPOOLS_WITH_STATUS, "status.yaml"))
+    data = to_dict(result)
+    pool_of = {p: c["nodePool"] for c in data["nodeClaims"] for p in c["pods"]}
+    assert pool_of == {"team-a/target": "fallback", "default/near-db": "fallback"}
+    [claim] = data["nodeClaims"]
+    assert sorted(claim["pods"]) == ["default/near-db", "team-a/target"]
+    assert result.plan.unschedulable["default/gpu"] == inputs.DRA_UNSUPPORTED
+    assert "default/elsewhere" not in result.plan.unschedulable
+    assert any("default/elsewhere" in n and "DoesNotExist" in n for n in result.notes)
+    # the NodePool alone, not Ready: its reason is the pods'
+    only = NODEPOOLS_WITH_STATUS.split("---")[0] + "---" + NODEPOOLS_WITH_STATUS.split("---")[3]
+    lone = simulate_documents(parse_documents(only, "status.yaml"))
+    assert "EC2NodeClass d not ready" in lone.plan.unschedulable["team-a/target"]

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from controller.api import conditions as C
 from controller.cloud.errors import NodeClaimNotFoundError
 from controller.kube import resources as R
 from controller.kube.errors import ConflictError, InvalidError, NotFoundError
@@ -106,8 +107,16 @@ def test_drain_works_one_tier_at_a_time() -> None:
         assert len(plan.waiting) == len(pods)
         seen.append(names(plan.evict))
         pods = [p for p in pods if p["metadata"]["name"] not in names(plan.evict)]
-    assert seen == [["a"], ["b"], ["c"], ["d"]]
+    # Karpenter's groupPodsByPriority: non-critical, non-critical DaemonSet, critical, critical DaemonSet
+    assert seen == [["a"], ["c"], ["b"], ["d"]]
     assert D.plan_drain(pods, None, NOW).drained
+
+
+def test_daemonset_pods_go_before_critical_pods() -> None:
+    pods = [pod("critical", critical=True), pod("daemon", daemon=True)]
+    plan = D.plan_drain(pods, None, NOW)
+    assert plan.tier == D.TIER_NONCRITICAL_DAEMON
+    assert names(plan.evict) == ["daemon"]
 
 
 def test_a_terminating_pod_holds_the_next_tier_back() -> None:
@@ -237,12 +246,12 @@ def test_node_helpers() -> None:
     node = {"spec": {"taints": [{"key": "karpenter.sh/disrupted", "effect": "NoExecute"}]},
             "status": {"conditions": [{"type": "Ready", "status": "Unknown"}]}}
     assert not D.has_disrupted_taint(node)
-    assert not D.is_ready(node)
+    assert not C.node_ready(node)
     node["spec"]["taints"].append({"key": "karpenter.sh/disrupted", "effect": "NoSchedule"})
     node["status"]["conditions"][0]["status"] = "True"
     assert D.has_disrupted_taint(node)
-    assert D.is_ready(node)
-    assert not D.is_ready({"status": {}})
+    assert C.node_ready(node)
+    assert not C.node_ready({"status": {}})
 
 
 def test_conditions_keep_their_transition_time_while_the_status_holds() -> None:
@@ -353,8 +362,11 @@ class FakeAPI:
         else:
             del self.objects[key]
 
-    def evict(self, namespace: str, name: str, grace_period_seconds: int | None = None) -> None:
+    def evict(self, namespace: str, name: str, grace_period_seconds: int | None = None,
+              uid: str | None = None) -> None:
         self._key(type("P", (), {"plural": "pods"}), name, namespace)
+        if uid != self.objects[("pods", namespace, name)]["metadata"]["uid"]:  # the API's precondition check
+            raise ConflictError(409, "Conflict", "Precondition failed: UID in precondition does not match")
         self.evicted.append(name)
         del self.objects[("pods", namespace, name)]
 

@@ -46,6 +46,7 @@ class InstanceTypeProvider:
         self._cache: TTLCache[tuple[str, int, int], list[InstanceType]] = TTLCache(MAX_VARIANTS, ttl_seconds,
                                                                                    timer=clock)
         self._lock = threading.Lock()
+        self._refresh_lock = threading.Lock()
 
     @property
     def ttl(self) -> float:
@@ -82,7 +83,11 @@ class InstanceTypeProvider:
         with self._lock:
             stale = "ec2" not in self._described
         if stale:
-            self.refresh()
+            with self._refresh_lock:  # one DescribeInstanceTypes at a time: a concurrent caller uses its answer
+                with self._lock:
+                    stale = "ec2" not in self._described
+                if stale:
+                    self.refresh()
         # the availability generation is part of the key: the first listing after an offering is marked unavailable
         # (or its 3 minutes end) is built anew, so the next batch plans without (or with) it
         key = (json.dumps([ami_family, kubelet or {}], sort_keys=True), self.unavailable.generation,

@@ -12,7 +12,6 @@ spent on the queue; into controller.metrics when that module is there, and alway
 from __future__ import annotations
 
 import contextlib
-import importlib
 import logging
 import threading
 import time
@@ -20,7 +19,8 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from controller.interruption.messages import (
+from controller import metrics as M
+from controller.cloud.aws.messages import (
     STOPPING_STATES,
     CapacityReservationInterruption,
     Event,
@@ -51,11 +51,6 @@ UNKNOWN = "unknown"
 MESSAGE_TYPES = (SPOT_INTERRUPTED, REBALANCE_RECOMMENDATION, SCHEDULED_CHANGE, INSTANCE_STOPPED, INSTANCE_TERMINATED,
                  CAPACITY_RESERVATION_INTERRUPTED, NO_OP, UNKNOWN)
 
-try:  # metrics are best effort until the metrics module is there
-    _metrics: Any = importlib.import_module("controller.metrics")
-except ImportError:  # pragma: no cover - depends on the tree
-    _metrics = None
-
 
 def message_type(event: Event | None) -> str:
     """Karpenter's kind of a typed event (None: not an interruption event); always one of MESSAGE_TYPES."""
@@ -75,32 +70,6 @@ def message_type(event: Event | None) -> str:
             return NO_OP  # pending, running: nothing Karpenter acts on
         return INSTANCE_STOPPED if state in ("stopping", "stopped") else INSTANCE_TERMINATED
     return NO_OP
-
-
-def _metric(name: str) -> Any:
-    return getattr(_metrics, name, None) if _metrics is not None else None
-
-
-def _inc(name: str, **labels: str) -> None:
-    metric = _metric(name)
-    if metric is None:
-        return
-    try:
-        names = tuple(getattr(metric, "_labelnames", ()) or ())
-        (metric.labels(**{n: labels.get(n, "") for n in names}) if names else metric).inc()
-    except Exception:  # a metric is never worth a lost message
-        log.debug("counting %s failed", name, exc_info=True)
-
-
-def _observe(name: str, value: float, **labels: str) -> None:
-    metric = _metric(name)
-    if metric is None:
-        return
-    try:
-        names = tuple(getattr(metric, "_labelnames", ()) or ())
-        (metric.labels(**{n: labels.get(n, "") for n in names}) if names else metric).observe(value)
-    except Exception:
-        log.debug("observing %s failed", name, exc_info=True)
 
 
 class InterruptionQueue:
@@ -148,11 +117,11 @@ class InterruptionQueue:
                                                                 "message-id": m.get("MessageId"),
                                                                 "error": reason[:300]})
             self.metrics[RECEIVED][UNKNOWN] += 1
-            _inc("INTERRUPTION_RECEIVED", message_type=UNKNOWN)
+            M.INTERRUPTION_RECEIVED.labels(message_type=UNKNOWN).inc()
             return UNKNOWN
         kind = message_type(event)
         self.metrics[RECEIVED][kind] += 1
-        _inc("INTERRUPTION_RECEIVED", message_type=kind)
+        M.INTERRUPTION_RECEIVED.labels(message_type=kind).inc()
         try:
             self.handler(event)
         except Exception as e:
@@ -164,8 +133,8 @@ class InterruptionQueue:
         sent = (m.get("Attributes") or {}).get("SentTimestamp")
         if sent:
             with contextlib.suppress(ValueError):
-                _observe("INTERRUPTION_MESSAGE_QUEUE_DURATION", max(0.0, self.clock() - int(sent) / 1000.0),
-                         message_type=kind)
+                M.INTERRUPTION_MESSAGE_QUEUE_DURATION.observe(
+                    max(0.0, self.clock() - int(sent) / 1000.0))
         return kind
 
     def _delete(self, done: list[tuple[str, dict[str, Any]]]) -> None:
@@ -195,7 +164,7 @@ class InterruptionQueue:
                         self.metrics[DELETE_FAILED][kind] += 1
                         continue
                 self.metrics[DELETED][kind] += 1
-                _inc("INTERRUPTION_DELETED", message_type=kind)
+                M.INTERRUPTION_DELETED.inc()
 
     def run(self, stop: threading.Event) -> None:
         """Poll until stop is set; an error talking to SQS is logged and retried after a pause."""

@@ -1,5 +1,9 @@
 """Live EC2 prices: on-demand from the AWS Pricing API, spot from DescribeSpotPriceHistory, refreshed every 12 hours,
-falling back to static prices when the APIs cannot be reached (isolated VPCs have no Pricing endpoint)."""
+falling back to static prices when the APIs cannot be reached (isolated VPCs have no Pricing endpoint).
+
+In the controller the refresh runs in the background (as Karpenter's pricing controller does): the bundled prices
+answer from the first pending pod on, so no Pricing API call, slow or failing, sits between a pod and its NodeClaim.
+"""
 
 from __future__ import annotations
 
@@ -41,7 +45,8 @@ class PricingProvider:
     """Prices for the instance-type provider; never raises for an unreachable API, it serves the fallback."""
 
     def __init__(self, pricing: Any | None, ec2: Any, region: str, fallback: PriceTable,
-                 clock: Callable[[], float] = time.monotonic, refresh_seconds: float = REFRESH_SECONDS) -> None:
+                 clock: Callable[[], float] = time.monotonic, refresh_seconds: float = REFRESH_SECONDS,
+                 background: bool = False) -> None:
         self.pricing = pricing
         self.ec2 = ec2
         self.region = region
@@ -55,6 +60,8 @@ class PricingProvider:
         self._warned: set[str] = set()
         self.source = "fallback"
         self.version = 0  # bumps on every refresh, so caches of priced offerings know to rebuild
+        self.background = background  # refresh on a thread of its own, serving the prices in hand meanwhile
+        self._refreshing: threading.Thread | None = None
 
     def _warn_once(self, what: str, error: Exception) -> None:
         if what not in self._warned:
@@ -109,8 +116,28 @@ class PricingProvider:
     def _maybe_refresh(self) -> None:
         # one refresh at a time: the instance-type provider prices ~5,000 offerings from several threads
         with self._lock:
-            if "prices" not in self._fresh:
+            if "prices" in self._fresh:
+                return
+            if not self.background:
                 self.refresh()
+                return
+            if self._refreshing is None or not self._refreshing.is_alive():
+                self._refreshing = threading.Thread(target=self._refresh_logged, name="pricing-refresh",
+                                                    daemon=True)
+                self._refreshing.start()
+
+    def _refresh_logged(self) -> None:
+        try:
+            self.refresh()
+        except Exception:  # an unexpected answer: the prices in hand stay, the next read tries again
+            log.exception("refreshing prices failed")
+
+    def wait_refreshed(self, timeout: float) -> bool:
+        """Wait for a background refresh in flight (for tests and benchmarks); whether none is running now."""
+        thread = self._refreshing
+        if thread is not None:
+            thread.join(timeout)
+        return thread is None or not thread.is_alive()
 
     def on_demand_price(self, instance_type: str) -> float | None:
         """USD per hour, live when known, else the static price, else None."""
