@@ -336,7 +336,8 @@ def _assemble(out: DisruptionInput, pools: dict[str, Obj], classes: dict[str, Ob
     """Fill what depends on the NodePools and NodeClasses: each pool's instance types and readiness, the
     NodeClaims' recomputed Consolidatable condition, drift, what is already being disrupted, and the input's
     blocks."""
-    from controller.nodeclaim.disruption import consolidatable, drift_reason, nodeclass_drift
+    from controller.cloud.drift import nodeclass_drift
+    from controller.nodeclaim.disruption import consolidatable, drift_reason
 
     snap = out.snapshot
     out.nodepools, out.nodeclasses = pools, classes

@@ -12,6 +12,7 @@ from controller import metrics as M
 from controller.api import labels as L
 from controller.api.nodeclasshash import EC2NODECLASS_HASH_VERSION, hash_annotations
 from controller.catalog.types import InstanceType, Offering
+from controller.cloud.drift import nodeclass_drift
 from controller.kube import resources as R
 from controller.nodeclaim.disruption import (
     DisruptionRuleError,
@@ -20,7 +21,6 @@ from controller.nodeclaim.disruption import (
     consolidatable_at,
     drift_reason,
     instance_type_drift,
-    nodeclass_drift,
     restamp,
 )
 from controller.nodeclaim.expiration import ExpirationController, expires_at, termination_mode

@@ -265,7 +265,7 @@ class AWSCloudProvider:
     def is_drifted(self, nodeclaim: Mapping[str, Any], nodeclass: Mapping[str, Any] | None) -> str:
         """The EC2NodeClass side of drift (karpenter-provider-aws's isNodeClassDrifted): the static hash and the AMI
         from the NodeClaim, then the instance's security groups, subnet and capacity reservation from EC2."""
-        from controller.nodeclaim.disruption import nodeclass_drift
+        from controller.cloud.drift import nodeclass_drift
 
         claim = dict(nodeclaim)
         klass = dict(nodeclass) if nodeclass is not None else None

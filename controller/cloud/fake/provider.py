@@ -54,7 +54,7 @@ class FakeCloudProvider:
     def is_drifted(self, nodeclaim: Mapping[str, Any], nodeclass: Mapping[str, Any] | None) -> str:
         """The node class side of drift from what the fake machine knows: its image (no subnets or security
         groups here)."""
-        from controller.nodeclaim.disruption import nodeclass_drift
+        from controller.cloud.drift import nodeclass_drift
 
         return nodeclass_drift(dict(nodeclaim), dict(nodeclass) if nodeclass is not None else None)
 
