@@ -322,7 +322,8 @@ def nodeclaim_disrupted(claim: Mapping[str, Any], reason: str) -> None:
     """karpenter_nodeclaims_disrupted_total for a NodeClaim deleted for reason, labelled from the NodeClaim's labels."""
     labels = (claim.get("metadata") or {}).get("labels") or {}
     NODECLAIMS_DISRUPTED.labels(reason=reason, nodepool=labels.get(L.NODEPOOL, ""),
-                                capacity_type=labels.get(L.CAPACITY_TYPE, "")).inc()
+                                capacity_type=labels.get(L.CAPACITY_TYPE, ""), consolidation_policy="",
+                                termination_mode="").inc()
 
 
 @contextlib.contextmanager

@@ -19,7 +19,8 @@ T0 = 1_700_000_000.0
 
 def _disrupted(reason: str, capacity_type: str = "on-demand") -> float:
     return M.REGISTRY.get_sample_value("karpenter_nodeclaims_disrupted_total", {
-        "reason": reason, "nodepool": "general", "capacity_type": capacity_type}) or 0.0
+        "reason": reason, "nodepool": "general", "capacity_type": capacity_type, "consolidation_policy": "",
+        "termination_mode": ""}) or 0.0
 
 
 def _node(w, provider_id: str = "aws:///us-east-1a/i-0001") -> None:
