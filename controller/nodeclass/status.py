@@ -24,7 +24,7 @@ from controller.api import conditions as C
 from controller.api import labels as L
 from controller.api.validation import spec_errors
 from controller.cloud.aws.amis import AMI, alias_parameters, resolve
-from controller.cloud.aws.discovery import discover_security_groups, discover_subnets
+from controller.cloud.aws.discovery import discover_security_groups
 from controller.cloud.aws.instanceprofiles import profile_name
 from controller.kube import resources as R
 from controller.kube.client import KubeClient
@@ -186,7 +186,8 @@ class NodeClassController:
             return
 
     def _subnets(self, name: str, spec: dict[str, Any]) -> _Outcome:
-        subnets = discover_subnets(self.provider.ec2, spec.get("subnetSelectorTerms") or [])
+        # described through the subnet provider: launches then count on these free addresses
+        subnets = self.provider.subnets.describe(self.provider.ec2, spec.get("subnetSelectorTerms") or [])
         if not subnets:
             return _Outcome({"subnets": None}, False, "SubnetsNotFound", "SubnetSelector did not match any Subnets")
         # most free IP addresses first (ties by id): launches take, per zone, the first subnet of the list

@@ -19,8 +19,6 @@ from controller.cloud.aws.discovery import (
     SecurityGroup,
     Subnet,
     discover_security_groups,
-    discover_subnets,
-    subnets_by_zone,
 )
 from controller.cloud.aws.errors import LaunchError, LaunchTemplateNotFoundError, NodeClaimNotFoundError
 from controller.cloud.aws.fleet import launch
@@ -33,6 +31,7 @@ from controller.cloud.aws.launchtemplates import (
     block_device_mappings,
     ensure,
 )
+from controller.cloud.aws.subnets import SubnetProvider
 from controller.cloud.aws.tags import NODECLAIM, matches, owner_tags, ownership_filters, ownership_tags
 from controller.cloud.aws.unavailable import UnavailableOfferings
 from controller.cloud.aws.userdata import (
@@ -48,14 +47,13 @@ DISCOVERY_TTL_SECONDS = 60.0
 MAX_DISCOVERED = 3 * 1024  # three entries per EC2NodeClass
 
 
-def resolved_from_status(nodeclass: NodeClass) -> tuple[dict[str, Subnet], list[SecurityGroup], list[AMI],
+def resolved_from_status(nodeclass: NodeClass) -> tuple[list[Subnet], list[SecurityGroup], list[AMI],
                                                         str] | None:
-    """What the status controller resolved: per zone the first subnet of status.subnets (ordered by free IPs, most
-    first), the security groups, the AMIs by architecture and the instance profile; None unless all are there."""
+    """What the status controller resolved: the subnets of status.subnets (ordered by free IPs, most first; their
+    counts are the SubnetProvider's), the security groups, the AMIs by architecture and the instance profile; None
+    unless all are there."""
     profile = nodeclass.status_instance_profile or nodeclass.instance_profile or ""
-    subnets: dict[str, Subnet] = {}
-    for s in nodeclass.subnets:
-        subnets.setdefault(s.zone, Subnet(s.id, s.zone, s.zone_id, 0))
+    subnets = [Subnet(s.id, s.zone, s.zone_id, 0) for s in nodeclass.subnets]
     groups = [SecurityGroup(g.id, g.name) for g in nodeclass.security_groups]
     amis: dict[str, AMI] = {}
     for a in nodeclass.amis:
@@ -72,7 +70,7 @@ class AWSCloudProvider:
 
     def __init__(self, *, cluster: ClusterInfo, region: str, k8s_version: str, ec2: Any, ssm: Any, iam: Any,
                  instance_types: InstanceTypeProvider, unavailable: UnavailableOfferings | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, subnets: SubnetProvider | None = None) -> None:
         self.cluster = cluster
         self.region = region
         self.k8s_version = k8s_version
@@ -81,6 +79,7 @@ class AWSCloudProvider:
         self.instance_types = instance_types
         self.unavailable = unavailable or instance_types.unavailable
         self.clock = clock
+        self.subnets = subnets or SubnetProvider(clock)  # free addresses per subnet, shared with the status controller
         # subnets, security groups and AMIs resolved here (when the status controller has not), for a minute
         self._discovered: TTLCache[str, Any] = TTLCache(MAX_DISCOVERED, DISCOVERY_TTL_SECONDS, timer=clock)
         self._discovered_lock = threading.Lock()
@@ -145,7 +144,8 @@ class AWSCloudProvider:
             try:
                 inst = launch(self.ec2, cluster_name=self.cluster.name, request=request, nodeclass_name=name,
                               instance_types=its, subnets=subnets, launch_template=names,
-                              unavailable=self.unavailable, user_tags=dict(nodeclass.tags))
+                              unavailable=self.unavailable, user_tags=dict(nodeclass.tags),
+                              subnet_provider=self.subnets)
                 return self._describe(inst, its)
             except LaunchTemplateNotFoundError:
                 if attempt == 2:
@@ -153,15 +153,15 @@ class AWSCloudProvider:
                 self._templates.difference_update(names.values())
         raise AssertionError("unreachable")
 
-    def _resolved(self, nodeclass: NodeClass) -> tuple[dict[str, Subnet], list[SecurityGroup], list[AMI], str]:
-        """Subnets per zone, security groups, AMIs and the instance profile: from status when the status controller
+    def _resolved(self, nodeclass: NodeClass) -> tuple[list[Subnet], list[SecurityGroup], list[AMI], str]:
+        """Subnets, security groups, AMIs and the instance profile: from status when the status controller
         has resolved them, else resolved here (cached for a minute)."""
         name = nodeclass.name
         from_status = resolved_from_status(nodeclass)
         if from_status is not None:
             return from_status
-        subnets = self._cached(f"subnets/{name}", lambda: subnets_by_zone(
-            discover_subnets(self.ec2, [dict(t) for t in nodeclass.subnet_selector_terms])))
+        subnets = self._cached(f"subnets/{name}", lambda: self.subnets.describe(
+            self.ec2, [dict(t) for t in nodeclass.subnet_selector_terms]))
         groups = self._cached(f"sgs/{name}", lambda: discover_security_groups(
             self.ec2, [dict(t) for t in nodeclass.security_group_selector_terms]))
         amis = self._cached(f"amis/{name}", lambda: resolve(self.ec2, self.ssm,
