@@ -7,7 +7,6 @@ replica exits 1 so the pod restarts as a follower, as controller-runtime does.
 
 from __future__ import annotations
 
-import base64
 import logging
 import signal
 import socket
@@ -43,27 +42,19 @@ class Runtime:
     lead_stop: threading.Event = field(default_factory=threading.Event)
 
 
-def _cluster_info(settings: Settings, client: KubeClient, clients: Any) -> Any:
-    """Endpoint and CA bundle for node bootstrap: settings first, then EKS DescribeCluster, then the kube client's."""
-    from controller.cloud.aws.userdata import ClusterInfo
+def _cluster_facts(settings: Settings, client: KubeClient, clients: Any) -> Any:
+    """Cluster facts for node bootstrap: settings first, then EKS DescribeCluster, then the cluster itself (the
+    default/kubernetes Service's ClusterIP for the Service CIDR, the kube client's endpoint and CA)."""
+    from controller.cloud.aws.clusterfacts import ClusterFacts
+    from controller.kube import resources as R
 
-    endpoint = settings.cluster_endpoint
-    ca = settings.cluster_ca_bundle
-    if not endpoint and clients.eks is not None:
-        try:
-            cluster = clients.eks.describe_cluster(name=settings.cluster_name)["cluster"]
-            endpoint = cluster.get("endpoint", "")
-            ca = (cluster.get("certificateAuthority") or {}).get("data", "")
-        except Exception as e:  # EKS is optional: self-managed clusters set CLUSTER_ENDPOINT
-            log.debug("describing the EKS cluster failed", extra={"error": str(e)[:200]})
-    endpoint = endpoint or client.host
-    if not ca and client.ca_file:
-        try:
-            with open(client.ca_file, "rb") as f:
-                ca = base64.b64encode(f.read()).decode()
-        except OSError:
-            ca = ""
-    return ClusterInfo(settings.cluster_name, endpoint, ca)
+    def kubernetes_service_ip() -> str:
+        return str(client.get(R.SERVICES, "kubernetes", "default")["spec"]["clusterIP"])
+
+    return ClusterFacts(name=settings.cluster_name, endpoint=settings.cluster_endpoint,
+                        ca_bundle=settings.cluster_ca_bundle, eks=clients.eks,
+                        kubernetes_service_ip=kubernetes_service_ip, fallback_endpoint=client.host,
+                        fallback_ca_file=client.ca_file)
 
 
 def build_cloud(settings: Settings, client: KubeClient) -> tuple[CloudProvider, Any]:
@@ -81,15 +72,16 @@ def build_cloud(settings: Settings, client: KubeClient) -> tuple[CloudProvider, 
 
     # no AWS_REGION: botocore's chain (AWS_DEFAULT_REGION, the config file, instance metadata) decides
     clients = make_clients(settings.aws_region or None, settings.aws_endpoint_url or None,
-                           pricing=not settings.isolated_vpc, eks=not settings.cluster_endpoint)
+                           pricing=not settings.isolated_vpc)  # EKS always: the service CIDR comes from it
     region = str(clients.ec2.meta.region_name)
     fallback = load_prices()  # the bundled prices stand in until (or where) the Pricing API answers
     types = InstanceTypeProvider(clients.ec2, PricingProvider(clients.pricing, clients.ec2, region, fallback), region,
                                  vm_memory_overhead_percent=settings.vm_memory_overhead_percent,
                                  reserved_enis=settings.reserved_enis)
-    provider = AWSCloudProvider(cluster=_cluster_info(settings, client, clients), region=region,
+    facts = _cluster_facts(settings, client, clients)
+    provider = AWSCloudProvider(cluster=facts.get(), region=region,
                                 k8s_version=client.server_version(), ec2=clients.ec2, ssm=clients.ssm,
-                                iam=clients.iam, instance_types=types)
+                                iam=clients.iam, instance_types=types, facts=facts.get)
     return MeteredCloudProvider(provider, "aws"), clients
 
 
@@ -137,6 +129,15 @@ def wire(settings: Settings, client: KubeClient, cloud: CloudProvider, aws: Any,
         c_nodeclass = Controller("nodeclass.status", FakeNodeClassController(cluster, client).reconcile, workers=1,
                                  recorder=recorder, lookup=cluster.nodeclass)
     rt.controllers.append(c_nodeclass)
+    c_tagging: Controller | None = None
+    if aws is not None:
+        from controller.cloud.aws.tagging import TaggingController, is_taggable
+
+        # one worker: CreateTags shares EC2's budget of mutating calls with CreateFleet
+        c_tagging = Controller("nodeclaim.tagging", TaggingController(client, aws.ec2, settings.cluster_name,
+                                                                      cluster.nodeclaim).reconcile,
+                               workers=1, recorder=recorder, lookup=cluster.nodeclaim)
+        rt.controllers.append(c_tagging)
 
     def on_nodeclaim(event: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
         obj = new if new is not None else old
@@ -155,6 +156,8 @@ def wire(settings: Settings, client: KubeClient, cloud: CloudProvider, aws: Any,
                 provisioner.trigger()  # its node's pods are rescheduled now, while it drains
         else:
             c_lifecycle.queue.add(name)
+            if c_tagging is not None and is_taggable(obj):
+                c_tagging.queue.add(name)
         pool = (obj["metadata"].get("labels") or {}).get(L.NODEPOOL)
         if pool:
             c_nodepool.queue.add(pool)

@@ -21,11 +21,12 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from controller.api import conditions as C
-from controller.api import labels as L
+from controller.api.models import ami_family
 from controller.api.validation import spec_errors
-from controller.cloud.aws.amis import AMI, alias_parameters, resolve
+from controller.cloud.aws.amis import AMI, alias_parameters, newest_per_requirements, resolve
 from controller.cloud.aws.discovery import discover_security_groups
 from controller.cloud.aws.instanceprofiles import profile_name
+from controller.cloud.aws.userdata import missing_cluster_fact
 from controller.kube import resources as R
 from controller.kube.client import KubeClient
 from controller.kube.errors import NotFoundError
@@ -214,11 +215,17 @@ class NodeClassController:
         amis = self._resolve_amis(terms)
         if not amis:
             return _Outcome({"amis": None}, False, "AMINotFound", "AMISelector did not match any AMIs")
-        return _Outcome({"amis": [_compact({"id": a.id, "name": a.name, "requirements": [
-            {"key": L.ARCH, "operator": "In", "values": [a.architecture]}]}) for a in amis]}, True)
+        resolved = {"amis": [_compact({"id": a.id, "name": a.name, "requirements": [
+            {"key": k, "operator": op, **({"values": list(v)} if v else {})} for k, op, v in a.all_requirements()]})
+            for a in amis]}
+        facts = getattr(self.provider, "facts", None)
+        missing = missing_cluster_fact(ami_family(spec), facts()) if facts is not None else ""
+        if missing:  # the family's bootstrap cannot be written: nothing launches until the fact is known
+            return _Outcome(resolved, False, "ClusterFactUnresolved", missing)
+        return _Outcome(resolved, True)
 
     def _resolve_amis(self, terms: list[dict[str, Any]]) -> list[AMI]:
-        """The newest AMI per architecture the terms select; an image id that does not exist selects nothing (EC2
+        """The best AMI per requirement set the terms select; an image id that does not exist selects nothing (EC2
         refuses the whole DescribeImages call for it, so the terms are then resolved one by one)."""
         try:
             return resolve(self.provider.ec2, self.provider.ssm, terms, self.provider.k8s_version)
@@ -227,21 +234,17 @@ class NodeClassController:
         except ClientError as e:
             if e.response.get("Error", {}).get("Code") not in _MISSING_IMAGE_CODES:
                 raise
-        best: dict[str, AMI] = {}
+        found: list[AMI] = []
         for term in terms:
             try:
-                found = resolve(self.provider.ec2, self.provider.ssm, [term], self.provider.k8s_version)
+                found += resolve(self.provider.ec2, self.provider.ssm, [term], self.provider.k8s_version)
             except ValueError:
                 continue
             except ClientError as e:
                 if e.response.get("Error", {}).get("Code") in _MISSING_IMAGE_CODES:
                     continue
                 raise
-            for a in found:
-                if a.architecture not in best or (a.creation_date, a.id) > (best[a.architecture].creation_date,
-                                                                             best[a.architecture].id):
-                    best[a.architecture] = a
-        return [best[k] for k in sorted(best)]
+        return newest_per_requirements(found)
 
     def _instance_profile(self, name: str, spec: dict[str, Any]) -> _Outcome:
         if spec.get("instanceProfile"):

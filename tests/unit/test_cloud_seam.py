@@ -83,7 +83,8 @@ def test_nodeclass_view_carries_spec_and_resolved_status():
     assert nc.block_device_mappings == ({"deviceName": "/dev/xvda", "ebs": {"volumeSize": "40Gi"}},)
     assert nc.subnets[0] == ResolvedSubnet("subnet-2", "us-east-1a", "use1-az1")
     assert nc.security_groups == (ResolvedSecurityGroup("sg-1", "nodes"),)
-    assert nc.amis == (ResolvedAMI("ami-arm", "br-arm", ("arm64",)), ResolvedAMI("ami-x86", "br-x86", ("amd64",)))
+    assert nc.amis == (ResolvedAMI("ami-arm", "br-arm", ("arm64",), (("kubernetes.io/arch", "In", ("arm64",)),)),
+                       ResolvedAMI("ami-x86", "br-x86", ("amd64",), (("kubernetes.io/arch", "In", ("amd64",)),)))
     resolved = resolved_from_status(nc)
     assert resolved is not None
     subnets, groups, amis, profile = resolved
@@ -92,7 +93,7 @@ def test_nodeclass_view_carries_spec_and_resolved_status():
     assert {z: s.id for z, s in SubnetProvider().zonal(subnets).items()} == {"us-east-1a": "subnet-2",
                                                                               "us-east-1b": "subnet-3"}
     assert [g.id for g in groups] == ["sg-1"] and profile == "prod_123"
-    assert [(a.id, a.architecture) for a in amis] == [("ami-x86", "amd64"), ("ami-arm", "arm64")]
+    assert [(a.id, a.architecture) for a in amis] == [("ami-arm", "arm64"), ("ami-x86", "amd64")]  # status order
     # not resolved yet: the provider resolves itself
     assert resolved_from_status(NodeClass.from_manifest({**NODECLASS, "status": {}})) is None
 

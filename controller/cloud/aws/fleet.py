@@ -78,7 +78,7 @@ def _by_template(overrides: list[Override], templates: str | dict[str, str]) -> 
         return [(templates, overrides)]
     groups: dict[str, list[Override]] = {}
     for o in overrides:
-        groups.setdefault(templates[o.arch], []).append(o)
+        groups.setdefault(templates.get(o.instance_type) or templates[o.arch], []).append(o)
     # the configuration holding the cheapest offering first
     return sorted(groups.items(), key=lambda kv: (min(o.price for o in kv[1]), kv[0]))
 
@@ -91,13 +91,14 @@ def launch(ec2: Any, *, cluster_name: str, request: LaunchRequest, nodeclass_nam
     """Launch the instance for a NodeClaim (or return the one already launched for it).
 
     `subnets` are the EC2NodeClass's subnets (or one per zone); `subnet_provider` keeps their free-address
-    accounting across launches. `launch_template` is one template name, or one per architecture (amd64/arm64) when
-    the AMIs differ; instance types of an architecture without a template are not offered."""
+    accounting across launches. `launch_template` is one template name, or one per instance type name or
+    architecture (amd64/arm64) when the AMIs differ; instance types without a template are not offered."""
     candidates = list(subnets.values()) if isinstance(subnets, dict) else list(subnets)
     accounting = subnet_provider or SubnetProvider()
     templates = launch_template if isinstance(launch_template, dict) else None
     if templates is not None:
-        instance_types = [it for it in instance_types if it.labels.get(L.ARCH, "amd64") in templates]
+        instance_types = [it for it in instance_types
+                          if it.name in templates or it.labels.get(L.ARCH, "amd64") in templates]
     name = request.name
     existing = instances.find_by_nodeclaim(ec2, cluster_name, name)
     if existing is not None:

@@ -34,13 +34,8 @@ from controller.cloud.aws.launchtemplates import (
 from controller.cloud.aws.subnets import SubnetProvider
 from controller.cloud.aws.tags import NODECLAIM, matches, owner_tags, ownership_filters, ownership_tags
 from controller.cloud.aws.unavailable import UnavailableOfferings
-from controller.cloud.aws.userdata import (
-    ClusterInfo,
-    NodeSettings,
-    al2_user_data,
-    al2023_user_data,
-    bottlerocket_user_data,
-)
+from controller.cloud.aws.userdata import RENDERERS, ClusterInfo, MissingClusterFactError, NodeSettings
+from controller.cloud.errors import NodeClassNotReadyError
 from controller.cloud.provider import LaunchedNode, LaunchRequest, NodeClass
 
 DISCOVERY_TTL_SECONDS = 60.0
@@ -55,14 +50,11 @@ def resolved_from_status(nodeclass: NodeClass) -> tuple[list[Subnet], list[Secur
     profile = nodeclass.status_instance_profile or nodeclass.instance_profile or ""
     subnets = [Subnet(s.id, s.zone, s.zone_id, 0) for s in nodeclass.subnets]
     groups = [SecurityGroup(g.id, g.name) for g in nodeclass.security_groups]
-    amis: dict[str, AMI] = {}
-    for a in nodeclass.amis:
-        for arch in a.architectures:
-            if arch in ARCHITECTURES.values():
-                amis.setdefault(arch, AMI(a.id, a.name, arch, ""))
+    amis = [AMI(a.id, a.name, arch, "", tuple(r for r in a.requirements if r[0] != L.ARCH))
+            for a in nodeclass.amis for arch in a.architectures if arch in ARCHITECTURES.values()]
     if not (subnets and groups and amis and profile):
         return None
-    return subnets, groups, [amis[k] for k in sorted(amis)], profile
+    return subnets, groups, amis, profile
 
 
 class AWSCloudProvider:
@@ -70,8 +62,11 @@ class AWSCloudProvider:
 
     def __init__(self, *, cluster: ClusterInfo, region: str, k8s_version: str, ec2: Any, ssm: Any, iam: Any,
                  instance_types: InstanceTypeProvider, unavailable: UnavailableOfferings | None = None,
-                 clock: Callable[[], float] = time.monotonic, subnets: SubnetProvider | None = None) -> None:
+                 clock: Callable[[], float] = time.monotonic, subnets: SubnetProvider | None = None,
+                 facts: Callable[[], ClusterInfo] | None = None) -> None:
         self.cluster = cluster
+        # the cluster facts bootstrap reads at each launch (clusterfacts.ClusterFacts.get: learned, then cached)
+        self.facts: Callable[[], ClusterInfo] = facts or (lambda: self.cluster)
         self.region = region
         self.k8s_version = k8s_version
         self.ec2, self.ssm = ec2, ssm
@@ -107,10 +102,9 @@ class AWSCloudProvider:
         is empty, as for `karpy simulate` and tests without the status controller), and launch through CreateFleet."""
         name = nodeclass.name
         family = nodeclass.ami_family
-        render = {"al2023": al2023_user_data, "al2": al2_user_data, "bottlerocket": bottlerocket_user_data}.get(family)
+        render = RENDERERS.get(family)
         if render is None:
-            raise LaunchError(f"EC2NodeClass {name}: user data for AMI family {family!r} is not implemented yet "
-                              "(al2023, al2 and bottlerocket are)")
+            raise LaunchError(f"EC2NodeClass {name}: unknown AMI family {family!r}")
         devices = block_device_mappings(family, [dict(b) for b in nodeclass.block_device_mappings])
         for b in devices:  # before any AWS call: a volume EC2 cannot take fails the launch with the field at fault
             try:
@@ -120,27 +114,37 @@ class AWSCloudProvider:
         subnets, groups, amis, profile = self._resolved(nodeclass)
         node = NodeSettings(labels=dict(request.labels), taints=[*request.taints, *request.startup_taints],
                             kubelet=dict(nodeclass.kubelet))
-        user_data = render(self.cluster, node, nodeclass.user_data)
+        try:
+            user_data = render(self.facts(), node, nodeclass.user_data)
+        except MissingClusterFactError as e:
+            raise NodeClassNotReadyError(f"EC2NodeClass {name}: {e}") from None
         owned = ownership_tags(self.cluster.name, nodeclass=name)
-        templates = {}
-        for ami in amis:
-            lt = LaunchTemplateSpec(image_id=ami.id, user_data=user_data,
-                                    security_group_ids=tuple(g.id for g in groups),
-                                    instance_profile=profile, metadata_options=dict(nodeclass.metadata_options),
-                                    block_device_mappings=devices,
-                                    tags={**nodeclass.tags, **owned},
-                                    detailed_monitoring=nodeclass.detailed_monitoring,
-                                    associate_public_ip=nodeclass.associate_public_ip_address)
-            templates[ami.architecture] = lt
         its = self.get_instance_types(nodeclass)
+        # per instance type the first AMI whose requirements it meets (a GPU type gets the nvidia image), one
+        # launch template per AMI used, as Karpenter's MapToInstanceTypes groups them
+        templates: dict[str, LaunchTemplateSpec] = {}
+        image_of: dict[str, str] = {}
+        for it in its:
+            ami = next((a for a in amis if a.serves(it.labels)), None)
+            if ami is None:
+                continue
+            image_of[it.name] = ami.id
+            templates.setdefault(ami.id, LaunchTemplateSpec(
+                image_id=ami.id, user_data=user_data, security_group_ids=tuple(g.id for g in groups),
+                instance_profile=profile, metadata_options=dict(nodeclass.metadata_options),
+                block_device_mappings=devices, tags={**nodeclass.tags, **owned},
+                detailed_monitoring=nodeclass.detailed_monitoring,
+                associate_public_ip=nodeclass.associate_public_ip_address))
+        its = [it for it in its if it.name in image_of]
         for attempt in (1, 2):
-            names = {}
-            for arch, lt in templates.items():
+            by_image = {}
+            for image, lt in templates.items():
                 lt_name = lt.name()
                 if lt_name not in self._templates:
                     ensure(self.ec2, lt, owned)
                     self._templates.add(lt_name)
-                names[arch] = lt_name
+                by_image[image] = lt_name
+            names = {it_name: by_image[image] for it_name, image in image_of.items()}
             try:
                 inst = launch(self.ec2, cluster_name=self.cluster.name, request=request, nodeclass_name=name,
                               instance_types=its, subnets=subnets, launch_template=names,
