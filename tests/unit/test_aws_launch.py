@@ -118,7 +118,7 @@ def test_one_ownership_tag_helper_for_instances_profiles_templates_and_filters()
                           user_tags={"team": "a", "eks:eks-cluster-name": "spoofed"}) == {
         "team": "a", "kubernetes.io/cluster/prod": "owned", "eks:eks-cluster-name": "prod",
         "karpenter.sh/nodepool": "default", "karpenter.sh/nodeclaim": "default-x7k2p",
-        "karpenter.k8s.aws/ec2nodeclass": "default", "Name": "default-x7k2p"}
+        "karpenter.k8s.aws/ec2nodeclass": "default"}  # Named after its Node once it registers, not at launch
     assert ownership_tags("prod", nodeclaim="c", user_tags={"Name": "mine"})["Name"] == "mine"
     # instance profiles: what the iam:*InstanceProfile conditions of the controller policy key on
     assert ownership_tags("prod", nodeclass="default", region="us-east-1") == {
