@@ -3,15 +3,19 @@ from the launch template EC2 stores, checked field by field; a GPU instance type
 image; AL2023 refused (NodeClassNotReady) while the service CIDR is unknown.
 
 LocalStack serves EC2 (images, launch templates, CreateFleet) and SSM; the public /aws/service/... parameters are
-seeded under a prefix of our own (tests.integration.aws_world). EKS DescribeCluster is not used here: the provider is
-given its cluster facts (tests/unit/test_aws_userdata.py covers DescribeCluster with a botocore Stubber)."""
+seeded under a prefix of our own (tests.integration.aws_world). EKS DescribeCluster is not served by LocalStack and
+not used here: the provider is given its cluster facts, or learns the service CIDR from the real kube-apiserver's
+kubernetes Service (tests/unit/test_aws_userdata.py covers DescribeCluster with a botocore Stubber). The
+EC2NodeClass status controller runs against the real control plane."""
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import copy
 import dataclasses
 import email
+import ipaddress
 import tomllib
 import uuid
 from typing import Any
@@ -20,7 +24,11 @@ import pytest
 import yaml
 
 from controller.cloud.aws.amis import alias_variants
+from controller.cloud.aws.clusterfacts import ClusterFacts
 from controller.cloud.errors import NodeClassNotReadyError
+from controller.kube import resources as R
+from controller.kube.errors import NotFoundError
+from controller.nodeclass.status import NodeClassController
 from tests.integration.aws_world import K8S, launch_for, make_world
 
 pytestmark = pytest.mark.localstack
@@ -171,3 +179,50 @@ def test_al2023_without_service_cidr_is_not_ready(world):
             launch_for(provider, _claim(nc), nc)
     finally:
         provider.cluster = saved
+
+
+@pytest.mark.kube
+@pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")
+def test_service_cidr_learned_from_the_real_kubernetes_service(kube):
+    kc = kube[0]
+    cluster_ip = kc.get(R.SERVICES, "kubernetes", "default")["spec"]["clusterIP"]
+    facts = ClusterFacts(name="c", endpoint="https://x", eks=None,
+                         kubernetes_service_ip=lambda: kc.get(R.SERVICES, "kubernetes", "default")["spec"][
+                             "clusterIP"]).get()
+    assert ipaddress.ip_address(cluster_ip) in ipaddress.ip_network(facts.service_cidr)
+    assert facts.service_cidr == str(ipaddress.ip_network(f"{cluster_ip}/16", strict=False))
+
+
+@pytest.mark.kube
+@pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")
+def test_nodeclass_not_ready_naming_the_missing_fact(kube, world):
+    kc, cluster, recorder = kube
+    provider = world["provider"]
+    saved = provider.cluster
+    provider.cluster = dataclasses.replace(saved, service_cidr="")
+    names = []
+    try:
+        ctl = NodeClassController(cluster=cluster, client=kc, provider=provider, recorder=recorder)
+        for terms, family in (([{"alias": "al2023@latest"}], None), ([{"id": world["images"]["standard"]}], "Custom")):
+            nc = _nodeclass(world, terms)
+            if family:
+                nc["spec"]["amiFamily"] = family
+            names.append(nc["metadata"]["name"])
+            kc.create(R.EC2NODECLASSES, nc)
+            ctl.reconcile(nc["metadata"]["name"])
+        conds = [{c["type"]: c for c in kc.get(R.EC2NODECLASSES, n)["status"]["conditions"]} for n in names]
+        al2023, custom = conds
+        assert (al2023["AMIsReady"]["status"], al2023["AMIsReady"]["reason"]) == ("False", "ClusterFactUnresolved")
+        assert "service CIDR" in al2023["AMIsReady"]["message"]
+        assert (al2023["Ready"]["status"], al2023["Ready"]["reason"]) == ("False", "ClusterFactUnresolved")
+        assert custom["Ready"]["status"] == "True"  # Custom needs no cluster fact
+        provider.cluster = saved  # the fact is learned: the next pass is Ready
+        ctl.reconcile(names[0])
+        ready = {c["type"]: c for c in kc.get(R.EC2NODECLASSES, names[0])["status"]["conditions"]}["Ready"]
+        assert ready["status"] == "True"
+    finally:
+        provider.cluster = saved
+        for n in names:
+            with contextlib.suppress(NotFoundError):
+                kc.patch(R.EC2NODECLASSES, n, {"metadata": {"finalizers": []}})
+                kc.delete(R.EC2NODECLASSES, n)
