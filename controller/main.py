@@ -232,6 +232,11 @@ def wire(settings: Settings, client: KubeClient, cloud: CloudProvider, aws: Any,
 
             gc = GarbageCollector(cluster=cluster, client=client, cloud=cloud)
             rt.threads.append(_thread("garbagecollection", gc.run, rt.lead_stop))
+            from controller.interruption.instancehealth import InstanceStatusController
+
+            # DescribeInstanceStatus every minute: instance health with or without an interruption queue
+            health = InstanceStatusController(cluster, client, aws.ec2, recorder, is_leader=is_leader)
+            rt.threads.append(_thread("interruption.instancestatus", health.run, rt.lead_stop))
             if settings.interruption_queue:
                 from controller.interruption.controller import InterruptionController
 

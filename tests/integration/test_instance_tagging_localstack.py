@@ -4,7 +4,6 @@ the Node's name and the NodeClaim annotated karpenter.k8s.aws/tagged, as Karpent
 
 from __future__ import annotations
 
-import dataclasses
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -13,7 +12,7 @@ import pytest
 
 from controller.cloud.aws.tagging import CLUSTER_NAME_TAGGED, TAGGED, TaggingController, is_taggable
 from controller.kube import resources as R
-from tests.integration.aws_world import launch_for, make_world
+from tests.integration.launched import launched_nodeclaim, one_zone_world
 from tests.kubetest import wait_for
 
 pytestmark = [pytest.mark.localstack, pytest.mark.kube,
@@ -22,10 +21,7 @@ pytestmark = [pytest.mark.localstack, pytest.mark.kube,
 
 @pytest.fixture(scope="module")
 def world(aws_client: Callable[..., Any]) -> tuple[Any, dict[str, Any]]:
-    provider, nodeclass = make_world(aws_client("ec2"), aws_client("ssm"), aws_client("iam"), cidr_octet=43,
-                                     zones=("us-east-1a",), prices={"m5.large": 0.096})
-    provider.cluster = dataclasses.replace(provider.cluster, service_cidr="10.100.0.0/16")
-    return provider, nodeclass
+    return one_zone_world(aws_client, 43)
 
 
 def _tags(ec2: Any, provider_id: str) -> dict[str, str]:
@@ -36,35 +32,26 @@ def _tags(ec2: Any, provider_id: str) -> dict[str, str]:
 def test_registered_nodeclaims_instance_is_named_after_its_node(world, kube):
     provider, nodeclass = world
     kc, cluster, _ = kube
-    name = f"default-{uuid.uuid4().hex[:5]}"
-    created = kc.create(R.NODECLAIMS, {
-        "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
-        "metadata": {"name": name, "labels": {"karpenter.sh/nodepool": "default"}},
-        "spec": {"requirements": [{"key": "node.kubernetes.io/instance-type", "operator": "In",
-                                   "values": ["m5.large"]},
-                                  {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}],
-                 "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"}}})
-    node = launch_for(provider, created, nodeclass)
-    tags = _tags(provider.ec2, node.provider_id)
+    name, provider_id = launched_nodeclaim(kc, provider, nodeclass)
+    tags = _tags(provider.ec2, provider_id)
     assert "Name" not in tags and tags["karpenter.sh/nodeclaim"] == name  # not Named at launch
     tagger = TaggingController(kc, provider.ec2, provider.cluster.name, cluster.nodeclaim)
-    kc.patch(R.NODECLAIMS, name, {"status": {"providerID": node.provider_id}}, subresource="status")
     launched = wait_for("the launched NodeClaim in the informer",
                         lambda: (c := cluster.nodeclaim(name)) and (c.get("status") or {}).get("providerID") and c)
     assert not is_taggable(launched)  # no Node yet
     tagger.reconcile(name)
-    assert "Name" not in _tags(provider.ec2, node.provider_id)
+    assert "Name" not in _tags(provider.ec2, provider_id)
 
     node_name = f"ip-10-43-0-{uuid.uuid4().int % 250}.ec2.internal"
     kc.patch(R.NODECLAIMS, name, {"status": {"nodeName": node_name}}, subresource="status")
     wait_for("the registered NodeClaim in the informer", lambda: is_taggable(cluster.nodeclaim(name) or {}))
     tagger.reconcile(name)
-    tags = _tags(provider.ec2, node.provider_id)
+    tags = _tags(provider.ec2, provider_id)
     assert tags["Name"] == node_name
     assert tags["eks:eks-cluster-name"] == provider.cluster.name and tags["karpenter.sh/nodeclaim"] == name
     annotations = kc.get(R.NODECLAIMS, name)["metadata"]["annotations"]
     assert annotations[TAGGED] == "true" and annotations[CLUSTER_NAME_TAGGED] == "true"
     wait_for("the tagged NodeClaim in the informer", lambda: not is_taggable(cluster.nodeclaim(name) or {}))
     # a Name the EC2NodeClass gave stays: only missing tags are added
-    assert tagger.tag_instance(node.provider_id, node.provider_id.rsplit("/", 1)[1], name, "other") == {}
-    assert _tags(provider.ec2, node.provider_id)["Name"] == node_name
+    assert tagger.tag_instance(provider_id, provider_id.rsplit("/", 1)[1], name, "other") == {}
+    assert _tags(provider.ec2, provider_id)["Name"] == node_name
