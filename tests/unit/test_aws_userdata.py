@@ -204,3 +204,13 @@ def test_cluster_facts_learned_from_the_cluster_when_eks_refuses(tmp_path):
         second = facts.get()  # unresolved facts are asked again
     assert (second.endpoint, second.service_cidr) == ("https://10.0.0.1:6443", "10.100.0.0/16")
     assert base64.b64decode(second.certificate_authority) == b"PEM"
+
+
+def test_a_malformed_describe_cluster_cidr_falls_back_to_the_cluster():
+    eks, stub = _eks()
+    stub.add_response("describe_cluster", {"cluster": {
+        "name": "prod", "endpoint": "https://eks", "kubernetesNetworkConfig": {"serviceIpv4Cidr": "not-a-cidr"}}},
+        {"name": "prod"})
+    with stub:
+        info = ClusterFacts(name="prod", eks=eks, kubernetes_service_ip=lambda: "172.20.0.1").get()
+    assert info.service_cidr == "172.20.0.0/16"

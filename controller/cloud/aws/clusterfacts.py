@@ -79,6 +79,11 @@ class ClusterFacts:
             net = cluster.get("kubernetesNetworkConfig") or {}
             family = str(net.get("ipFamily") or "ipv4").lower()
             cidr = str(net.get("serviceIpv6Cidr" if family == "ipv6" else "serviceIpv4Cidr") or "")
+            try:
+                cidr = str(ipaddress.ip_network(cidr, strict=False)) if cidr else ""
+            except ValueError:
+                log.warning("DescribeCluster's service CIDR is not a network", extra={"cidr": cidr[:64]})
+                cidr = ""
         if not cidr and self._service_ip is not None:
             try:
                 cidr = cidr_from_cluster_ip(self._service_ip())
