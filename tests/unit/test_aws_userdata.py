@@ -214,3 +214,9 @@ def test_a_malformed_describe_cluster_cidr_falls_back_to_the_cluster():
     with stub:
         info = ClusterFacts(name="prod", eks=eks, kubernetes_service_ip=lambda: "172.20.0.1").get()
     assert info.service_cidr == "172.20.0.0/16"
+
+
+def test_al2023_passes_any_kubelet_field_inline():
+    node = NodeSettings(kubelet={"maxPods": 10, "shutdownGracePeriod": "30s"})
+    config = yaml.safe_load(_parts(RENDERERS["al2023"](CLUSTER, node, None))[0][1])["spec"]["kubelet"]["config"]
+    assert (config["maxPods"], config["shutdownGracePeriod"]) == (10, "30s")

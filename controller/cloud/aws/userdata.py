@@ -88,11 +88,6 @@ def missing_cluster_fact(family: str, cluster: ClusterInfo) -> str:
     return ""
 
 
-KUBELET_CONFIG_FIELDS = ("maxPods", "podsPerCore", "clusterDNS", "systemReserved", "kubeReserved", "evictionHard",
-                         "evictionSoft", "evictionSoftGracePeriod", "evictionMaxPodGracePeriod",
-                         "imageGCHighThresholdPercent", "imageGCLowThresholdPercent", "cpuCFSQuota")
-
-
 def _taint_dict(t: Taint) -> dict[str, str]:
     return {"key": t.key, "value": t.value, "effect": t.effect} if t.value else {"key": t.key, "effect": t.effect}
 
@@ -108,7 +103,8 @@ def nodeconfig(cluster: ClusterInfo, node: NodeSettings) -> dict[str, Any]:
     block as kubelet configuration with the registration taints, and kubelet-settable labels as a flag."""
     if not cluster.service_cidr:
         raise MissingClusterFactError("resolving cluster CIDR: the service CIDR is unknown")
-    config: dict[str, Any] = {k: node.kubelet[k] for k in KUBELET_CONFIG_FIELDS if node.kubelet.get(k) is not None}
+    # nodeadm takes any kubelet configuration field: the whole block goes inline, as Karpenter passes it
+    config: dict[str, Any] = {k: v for k, v in node.kubelet.items() if v is not None}
     config["registerWithTaints"] = [_taint_dict(t) for t in with_unregistered_taint(node.taints)]
     kubelet: dict[str, Any] = {"config": config}
     flag = _label_flag(node.labels)
