@@ -120,7 +120,8 @@ def wire(settings: Settings, client: KubeClient, cloud: CloudProvider, aws: Any,
     if aws is not None:
         from controller.nodeclass.status import NodeClassController
 
-        nodeclasses = NodeClassController(cluster=cluster, client=client, provider=cloud, recorder=recorder)
+        nodeclasses = NodeClassController(cluster=cluster, client=client, provider=cloud, recorder=recorder,
+                                          dry_run=not settings.disable_dry_run)
         c_nodeclass = Controller("nodeclass.status", nodeclasses.reconcile, workers=1, recorder=recorder,
                                  lookup=cluster.nodeclass)
     else:

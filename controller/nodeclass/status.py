@@ -26,6 +26,7 @@ from controller.api.validation import spec_errors
 from controller.cloud.aws.amis import AMI, alias_parameters, newest_per_requirements, resolve
 from controller.cloud.aws.discovery import discover_security_groups
 from controller.cloud.aws.instanceprofiles import profile_name
+from controller.cloud.aws.tags import ownership_tags
 from controller.cloud.aws.userdata import missing_cluster_fact
 from controller.kube import resources as R
 from controller.kube.client import KubeClient
@@ -33,6 +34,7 @@ from controller.kube.errors import NotFoundError
 from controller.kube.events import Recorder
 from controller.kube.workqueue import Result
 from controller.nodeclass.hash import reconcile_hash
+from controller.nodeclass.validation import DryRunValidator, TransientValidationError
 from controller.state.cluster import Cluster
 
 log = logging.getLogger("karpy.nodeclass")
@@ -82,8 +84,9 @@ class NodeClassController:
 
     def __init__(self, cluster: Cluster, client: KubeClient, provider: Any, recorder: Recorder, *,
                  refresh_seconds: float = REFRESH_SECONDS, finalize_poll_seconds: float = 5.0,
-                 clock: Callable[[], float] = time.time) -> None:
-        """`provider` is the AWSCloudProvider: its EC2/SSM clients, instance profiles and Kubernetes version."""
+                 clock: Callable[[], float] = time.time, dry_run: bool = True) -> None:
+        """`provider` is the AWSCloudProvider: its EC2/SSM clients, instance profiles and Kubernetes version;
+        `dry_run` False (DISABLE_DRY_RUN) skips the permission checks of the validation."""
         self.cluster = cluster
         self.client = client
         self.provider = provider
@@ -92,6 +95,7 @@ class NodeClassController:
         # the class is re-checked this often while NodeClaims still use it (NodeClaim deletions do not enqueue it)
         self.finalize_poll_seconds = finalize_poll_seconds
         self.clock = clock
+        self.validator = DryRunValidator(provider.ec2) if dry_run else None
 
     # ---- entry point -------------------------------------------------------------------------------------------
     def reconcile(self, name: str) -> Result:
@@ -143,7 +147,7 @@ class NodeClassController:
             C.set_condition(status, VALIDATION_SUCCEEDED, False, "DependenciesNotReady",
                             ", ".join(f"{c}=False" for c in failed), generation=generation)
         elif all(C.is_true(status, c) for c in DEPENDENTS[:-1]):
-            C.set_condition(status, VALIDATION_SUCCEEDED, True, VALIDATION_SUCCEEDED, generation=generation)
+            self._validate(name, spec, status, generation)
         self._set_ready(status, generation)
         for k in [k for k, v in status.items() if v is None]:
             if k not in stored:
@@ -157,6 +161,24 @@ class NodeClassController:
         if errors:
             raise errors[0]
         return Result(requeue_after=self.refresh_seconds)
+
+    def _validate(self, name: str, spec: dict[str, Any], status: dict[str, Any], generation: int | None) -> None:
+        """ValidationSucceeded from the dry runs of the launch calls (True without them when dry runs are off); a
+        dry run AWS could not answer leaves the condition as it was, for the next pass."""
+        if self.validator is None:
+            C.set_condition(status, VALIDATION_SUCCEEDED, True, VALIDATION_SUCCEEDED, generation=generation)
+            return
+        tags = ownership_tags(self.provider.cluster.name, nodeclass=name, user_tags=spec.get("tags") or {})
+        try:
+            verdict = self.validator.validate(name, spec, status, tags)
+        except TransientValidationError as e:
+            log.error("validating nodeclass failed", extra={**_ref(name), "error": str(e)[:300]})
+            return
+        if verdict.ok:
+            C.set_condition(status, VALIDATION_SUCCEEDED, True, VALIDATION_SUCCEEDED, generation=generation)
+        else:
+            C.set_condition(status, VALIDATION_SUCCEEDED, False, verdict.reason, verdict.message,
+                            generation=generation)
 
     def _set_ready(self, status: dict[str, Any], generation: int | None) -> None:
         """Ready is True when every dependent is; else False with the first failing dependent's reason and every
