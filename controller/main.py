@@ -121,7 +121,8 @@ def wire(settings: Settings, client: KubeClient, cloud: CloudProvider, aws: Any,
         from controller.nodeclass.status import NodeClassController
 
         nodeclasses = NodeClassController(cluster=cluster, client=client, provider=cloud, recorder=recorder,
-                                          dry_run=not settings.disable_dry_run)
+                                          dry_run=not settings.disable_dry_run,
+                                          reserved_capacity=settings.feature_gates.get("ReservedCapacity", True))
         c_nodeclass = Controller("nodeclass.status", nodeclasses.reconcile, workers=1, recorder=recorder,
                                  lookup=cluster.nodeclass)
     else:

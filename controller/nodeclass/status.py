@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import datetime as dt
 import logging
 import time
 from collections.abc import Callable
@@ -23,6 +24,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from controller.api import conditions as C
 from controller.api.models import ami_family
 from controller.api.validation import spec_errors
+from controller.cloud.aws import capacityreservations
 from controller.cloud.aws.amis import AMI, alias_parameters, newest_per_requirements, resolve
 from controller.cloud.aws.discovery import discover_security_groups
 from controller.cloud.aws.instanceprofiles import profile_name
@@ -47,6 +49,7 @@ INSTANCE_PROFILE_READY = "InstanceProfileReady"
 VALIDATION_SUCCEEDED = "ValidationSucceeded"
 READY = "Ready"
 DEPENDENTS = (AMIS_READY, SUBNETS_READY, SECURITY_GROUPS_READY, INSTANCE_PROFILE_READY, VALIDATION_SUCCEEDED)
+CAPACITY_RESERVATIONS_READY = "CapacityReservationsReady"  # a dependent of Ready with the ReservedCapacity gate
 REFRESH_SECONDS = 60.0
 _MISSING_IMAGE_CODES = frozenset({"InvalidAMIID.NotFound", "InvalidAMIID.Malformed", "InvalidAMIID.Unavailable"})
 # IAM answers that no retry will change: the condition says so instead of the controller backing off
@@ -84,7 +87,8 @@ class NodeClassController:
 
     def __init__(self, cluster: Cluster, client: KubeClient, provider: Any, recorder: Recorder, *,
                  refresh_seconds: float = REFRESH_SECONDS, finalize_poll_seconds: float = 5.0,
-                 clock: Callable[[], float] = time.time, dry_run: bool = True) -> None:
+                 clock: Callable[[], float] = time.time, dry_run: bool = True,
+                 reserved_capacity: bool = True) -> None:
         """`provider` is the AWSCloudProvider: its EC2/SSM clients, instance profiles and Kubernetes version;
         `dry_run` False (DISABLE_DRY_RUN) skips the permission checks of the validation."""
         self.cluster = cluster
@@ -96,6 +100,9 @@ class NodeClassController:
         self.finalize_poll_seconds = finalize_poll_seconds
         self.clock = clock
         self.validator = DryRunValidator(provider.ec2) if dry_run else None
+        # the ReservedCapacity gate: capacity reservations resolved, and their condition part of Ready
+        self.reserved_capacity = reserved_capacity
+        self.dependents = (*DEPENDENTS, CAPACITY_RESERVATIONS_READY) if reserved_capacity else DEPENDENTS
 
     # ---- entry point -------------------------------------------------------------------------------------------
     def reconcile(self, name: str) -> Result:
@@ -134,6 +141,17 @@ class NodeClassController:
             except (ClientError, BotoCoreError) as e:  # a transient AWS error: keep what status has, back off
                 errors.append(e)
                 log.error("resolving %s failed", condition, extra={**_ref(name), "error": str(e)[:300]})
+        if self.reserved_capacity:
+            try:
+                reservations = capacityreservations.resolve(
+                    self.provider.ec2, spec.get("capacityReservationSelectorTerms") or [], dt.datetime.now(dt.UTC))
+                outcomes[CAPACITY_RESERVATIONS_READY] = _Outcome({"capacityReservations": reservations or None}, True)
+            except (ClientError, BotoCoreError) as e:
+                errors.append(e)
+                log.error("resolving %s failed", CAPACITY_RESERVATIONS_READY,
+                          extra={**_ref(name), "error": str(e)[:300]})
+        else:
+            status.pop("capacityReservations", None)
         for condition, outcome in outcomes.items():
             status.update(outcome.fields)
             C.set_condition(status, condition, outcome.ready, outcome.reason or condition, outcome.message,
@@ -183,14 +201,14 @@ class NodeClassController:
     def _set_ready(self, status: dict[str, Any], generation: int | None) -> None:
         """Ready is True when every dependent is; else False with the first failing dependent's reason and every
         failing dependent's message, or Unknown while some are not resolved yet."""
-        conds = {c: C.get(status, c) or {} for c in DEPENDENTS}
-        false = [conds[c] for c in DEPENDENTS if conds[c].get("status") == "False"]
+        conds = {c: C.get(status, c) or {} for c in self.dependents}
+        false = [conds[c] for c in self.dependents if conds[c].get("status") == "False"]
         if false:
             real = [c for c in false if c.get("reason") != "DependenciesNotReady"] or false
             C.set_condition(status, READY, False, str(real[0].get("reason") or "UnhealthyDependents"),
                             "; ".join(str(c.get("message") or f"{c.get('type')}=False") for c in real),
                             generation=generation)
-        elif all(conds[c].get("status") == "True" for c in DEPENDENTS):
+        elif all(conds[c].get("status") == "True" for c in self.dependents):
             C.set_condition(status, READY, True, READY, generation=generation)
         else:
             C.set_condition(status, READY, None, "AwaitingReconciliation",

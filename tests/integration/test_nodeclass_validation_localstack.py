@@ -64,6 +64,9 @@ def test_dry_runs_validate_and_a_missing_permission_shows_before_any_launch(kube
         assert runs.calls == ["CreateLaunchTemplate", "CreateFleet", "RunInstances"]
         conditions = _conditions(kc.get(R.EC2NODECLASSES, allowed))
         assert conditions["ValidationSucceeded"][0] == "True" and conditions["Ready"][0] == "True"
+        # no capacityReservationSelectorTerms: nothing asked, the condition True (a dependent of Ready)
+        assert conditions["CapacityReservationsReady"][0] == "True"
+        assert "capacityReservations" not in kc.get(R.EC2NODECLASSES, allowed)["status"]
         # dry runs create nothing
         found = ec2.describe_launch_templates(Filters=[{"Name": "launch-template-name",
                                                         "Values": [validation_template_name(allowed)]}])
