@@ -7,7 +7,6 @@ replica exits 1 so the pod restarts as a follower, as controller-runtime does.
 
 from __future__ import annotations
 
-import base64
 import logging
 import signal
 import socket
@@ -43,27 +42,19 @@ class Runtime:
     lead_stop: threading.Event = field(default_factory=threading.Event)
 
 
-def _cluster_info(settings: Settings, client: KubeClient, clients: Any) -> Any:
-    """Endpoint and CA bundle for node bootstrap: settings first, then EKS DescribeCluster, then the kube client's."""
-    from controller.cloud.aws.userdata import ClusterInfo
+def _cluster_facts(settings: Settings, client: KubeClient, clients: Any) -> Any:
+    """Cluster facts for node bootstrap: settings first, then EKS DescribeCluster, then the cluster itself (the
+    default/kubernetes Service's ClusterIP for the Service CIDR, the kube client's endpoint and CA)."""
+    from controller.cloud.aws.clusterfacts import ClusterFacts
+    from controller.kube import resources as R
 
-    endpoint = settings.cluster_endpoint
-    ca = settings.cluster_ca_bundle
-    if not endpoint and clients.eks is not None:
-        try:
-            cluster = clients.eks.describe_cluster(name=settings.cluster_name)["cluster"]
-            endpoint = cluster.get("endpoint", "")
-            ca = (cluster.get("certificateAuthority") or {}).get("data", "")
-        except Exception as e:  # EKS is optional: self-managed clusters set CLUSTER_ENDPOINT
-            log.debug("describing the EKS cluster failed", extra={"error": str(e)[:200]})
-    endpoint = endpoint or client.host
-    if not ca and client.ca_file:
-        try:
-            with open(client.ca_file, "rb") as f:
-                ca = base64.b64encode(f.read()).decode()
-        except OSError:
-            ca = ""
-    return ClusterInfo(settings.cluster_name, endpoint, ca)
+    def kubernetes_service_ip() -> str:
+        return str(client.get(R.SERVICES, "kubernetes", "default")["spec"]["clusterIP"])
+
+    return ClusterFacts(name=settings.cluster_name, endpoint=settings.cluster_endpoint,
+                        ca_bundle=settings.cluster_ca_bundle, eks=clients.eks,
+                        kubernetes_service_ip=kubernetes_service_ip, fallback_endpoint=client.host,
+                        fallback_ca_file=client.ca_file)
 
 
 def build_cloud(settings: Settings, client: KubeClient) -> tuple[CloudProvider, Any]:
@@ -83,7 +74,7 @@ def build_cloud(settings: Settings, client: KubeClient) -> tuple[CloudProvider, 
 
     # no AWS_REGION: botocore's chain (AWS_DEFAULT_REGION, the config file, instance metadata) decides
     clients = make_clients(settings.aws_region or None, settings.aws_endpoint_url or None,
-                           pricing=not settings.isolated_vpc, eks=not settings.cluster_endpoint)
+                           pricing=not settings.isolated_vpc)  # EKS always: the service CIDR comes from it
     region = str(clients.ec2.meta.region_name)
     fallback = load_prices()  # the bundled prices stand in until (or where) the Pricing API answers
     pricing = PricingProvider(clients.pricing, clients.ec2, region, fallback, background=True)
@@ -97,9 +88,10 @@ def build_cloud(settings: Settings, client: KubeClient) -> tuple[CloudProvider, 
         types.refresh()
     except (BotoCoreError, ClientError) as e:  # the first listing asks again and says why
         log.warning("describing instance types failed", extra={"error": str(e)[:300]})
-    provider = AWSCloudProvider(cluster=_cluster_info(settings, client, clients), region=region,
+    facts = _cluster_facts(settings, client, clients)
+    provider = AWSCloudProvider(cluster=facts.get(), region=region,
                                 k8s_version=client.server_version(), ec2=clients.ec2, ssm=clients.ssm,
-                                iam=clients.iam, instance_types=types)
+                                iam=clients.iam, instance_types=types, facts=facts.get)
     return MeteredCloudProvider(provider, "aws"), clients
 
 
@@ -144,7 +136,9 @@ def wire(settings: Settings, client: KubeClient, cloud: CloudProvider, aws: Any,
     if aws is not None:
         from controller.nodeclass.status import NodeClassController
 
-        nodeclasses = NodeClassController(cluster=cluster, client=client, provider=cloud, recorder=recorder)
+        nodeclasses = NodeClassController(cluster=cluster, client=client, provider=cloud, recorder=recorder,
+                                          dry_run=not settings.disable_dry_run,
+                                          reserved_capacity=settings.feature_gates.get("ReservedCapacity", True))
         c_nodeclass = Controller("nodeclass.status", nodeclasses.reconcile, workers=1, recorder=recorder,
                                  lookup=cluster.nodeclass)
     else:
@@ -162,6 +156,15 @@ def wire(settings: Settings, client: KubeClient, cloud: CloudProvider, aws: Any,
         c_static = Controller("static.provisioning", static.reconcile, workers=1, recorder=recorder,
                               lookup=cluster.nodepool)
         rt.controllers.append(c_static)
+    c_tagging: Controller | None = None
+    if aws is not None:
+        from controller.cloud.aws.tagging import TaggingController, is_taggable
+
+        # one worker: CreateTags shares EC2's budget of mutating calls with CreateFleet
+        c_tagging = Controller("nodeclaim.tagging", TaggingController(client, aws.ec2, settings.cluster_name,
+                                                                      cluster.nodeclaim).reconcile,
+                               workers=1, recorder=recorder, lookup=cluster.nodeclaim)
+        rt.controllers.append(c_tagging)
 
     def on_nodeclaim(event: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
         obj = new if new is not None else old
@@ -180,6 +183,8 @@ def wire(settings: Settings, client: KubeClient, cloud: CloudProvider, aws: Any,
                 provisioner.trigger()  # its node's pods are rescheduled now, while it drains
         else:
             c_lifecycle.queue.add(name)
+            if c_tagging is not None and is_taggable(obj):
+                c_tagging.queue.add(name)
         pool = (obj["metadata"].get("labels") or {}).get(L.NODEPOOL)
         if pool:
             c_nodepool.queue.add(pool)
@@ -263,6 +268,11 @@ def wire(settings: Settings, client: KubeClient, cloud: CloudProvider, aws: Any,
 
             gc = GarbageCollector(cluster=cluster, client=client, cloud=cloud)
             rt.threads.append(_thread("garbagecollection", gc.run, rt.lead_stop))
+            from controller.interruption.instancehealth import InstanceStatusController
+
+            # DescribeInstanceStatus every minute: instance health with or without an interruption queue
+            health = InstanceStatusController(cluster, client, aws.ec2, recorder, is_leader=is_leader)
+            rt.threads.append(_thread("interruption.instancestatus", health.run, rt.lead_stop))
             if settings.interruption_queue:
                 from controller.interruption.controller import InterruptionController
 

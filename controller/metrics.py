@@ -281,6 +281,10 @@ INTERRUPTION_RECEIVED = Counter(
     "actionable.", ["message_type"], registry=REGISTRY)
 INTERRUPTION_DELETED = Counter(
     "karpenter_interruption_deleted_messages", "Count of messages deleted from the SQS queue.", registry=REGISTRY)
+INTERRUPTION_INSTANCE_STATUS_UNHEALTHY = Counter(
+    "karpenter_interruption_instance_status_unhealthy",
+    "Count of unique unhealthy instance statuses detected from EC2 DescribeInstanceStatus. Broken down by status "
+    "check category.", ["category"], registry=REGISTRY)
 INTERRUPTION_MESSAGE_QUEUE_DURATION = Histogram(
     "karpenter_interruption_message_queue_duration_seconds",
     "Amount of time an interruption message is on the queue before it is processed by karpenter.",

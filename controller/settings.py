@@ -373,6 +373,9 @@ SPECS: tuple[Spec, ...] = (
     Spec("ISOLATED_VPC", "isolated_vpc", parse_bool, False,
          "Assume AWS services without a VPC endpoint (the Pricing API) are unreachable.", bool_flag=True,
          show=_show_bool),
+    Spec("DISABLE_DRY_RUN", "disable_dry_run", parse_bool, False,
+         "Skip the dry-run validation of EC2NodeClasses (ValidationSucceeded is then set without calling EC2).",
+         bool_flag=True, show=_show_bool),
     Spec("KUBE_CLIENT_QPS", "kube_client_qps", _positive_int, 200, "The smoothed rate of queries to kube-apiserver."),
     Spec("KUBE_CLIENT_BURST", "kube_client_burst", _positive_int, 300,
          "The maximum burst of queries to kube-apiserver."),
@@ -416,6 +419,7 @@ class Settings:
     vm_memory_overhead_percent: float = 0.075
     reserved_enis: int = 0
     isolated_vpc: bool = False
+    disable_dry_run: bool = False
     kube_client_qps: int = 200
     kube_client_burst: int = 300
     aws_region: str = ""

@@ -75,6 +75,8 @@ def cluster_role() -> dict[str, Any]:
          "verbs": READ},
         {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": READ},
         {"apiGroups": [""], "resources": ["events"], "verbs": READ},
+        # the default/kubernetes Service: its ClusterIP gives the Service CIDR when DescribeCluster cannot
+        {"apiGroups": [""], "resources": ["services"], "verbs": ["get"], "resourceNames": ["kubernetes"]},
         # write
         {"apiGroups": ["karpenter.sh"], "resources": ["nodeclaims", "nodeclaims/status"],
          "verbs": ["create", "delete", "update", "patch"]},

@@ -135,8 +135,9 @@ def resource_discovery_policy(ctx: PolicyContext) -> dict[str, Any]:
     return {"Version": VERSION, "Statement": [
         {"Sid": "AllowRegionalReadActions", "Effect": "Allow",
          "Action": ["ec2:DescribeCapacityReservations", "ec2:DescribeImages", "ec2:DescribeInstances",
-                    "ec2:DescribeInstanceTypeOfferings", "ec2:DescribeInstanceTypes", "ec2:DescribeLaunchTemplates",
-                    "ec2:DescribeSecurityGroups", "ec2:DescribeSpotPriceHistory", "ec2:DescribeSubnets"],
+                    "ec2:DescribeInstanceStatus", "ec2:DescribeInstanceTypeOfferings", "ec2:DescribeInstanceTypes",
+                    "ec2:DescribeLaunchTemplates", "ec2:DescribeSecurityGroups", "ec2:DescribeSpotPriceHistory",
+                    "ec2:DescribeSubnets"],
          "Resource": "*", "Condition": {"StringEquals": {"aws:RequestedRegion": ctx.region}}},
         {"Sid": "AllowSSMReadActions", "Effect": "Allow", "Action": "ssm:GetParameter",
          "Resource": f"arn:{ctx.partition}:ssm:{ctx.region}::parameter/aws/service/*"},

@@ -76,6 +76,8 @@ class ResolvedAMI:
     id: str
     name: str = ""
     architectures: tuple[str, ...] = ()
+    # every requirement of status.amis[].requirements as (key, operator, values), the architecture's included
+    requirements: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -113,7 +115,9 @@ class NodeClass:
                 continue
             archs = tuple(str(v) for r in a.get("requirements") or []
                           if r.get("key") == L.ARCH and r.get("operator") == "In" for v in r.get("values") or [])
-            amis.append(ResolvedAMI(str(a["id"]), str(a.get("name") or ""), archs))
+            reqs = tuple((str(r.get("key") or ""), str(r.get("operator") or ""),
+                          tuple(str(v) for v in r.get("values") or [])) for r in a.get("requirements") or [])
+            amis.append(ResolvedAMI(str(a["id"]), str(a.get("name") or ""), archs, reqs))
         return cls(
             name=str(nodeclass["metadata"]["name"]), ami_family=ami_family(spec),
             kubelet=dict(spec.get("kubelet") or {}),

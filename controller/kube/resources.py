@@ -36,6 +36,7 @@ class Resource:
 PODS = Resource("", "v1", "pods", "Pod", True)
 NODES = Resource("", "v1", "nodes", "Node", False)
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", False)
+SERVICES = Resource("", "v1", "services", "Service", True)
 EVENTS = Resource("", "v1", "events", "Event", True)
 CONFIGMAPS = Resource("", "v1", "configmaps", "ConfigMap", True)
 PERSISTENTVOLUMECLAIMS = Resource("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import datetime as dt
 import logging
 import time
 from collections.abc import Callable
@@ -21,17 +22,21 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from controller.api import conditions as C
-from controller.api import labels as L
+from controller.api.models import ami_family
 from controller.api.validation import spec_errors
-from controller.cloud.aws.amis import AMI, alias_parameters, resolve
-from controller.cloud.aws.discovery import discover_security_groups, discover_subnets
+from controller.cloud.aws import capacityreservations
+from controller.cloud.aws.amis import AMI, alias_parameters, newest_per_requirements, resolve
+from controller.cloud.aws.discovery import discover_security_groups
 from controller.cloud.aws.instanceprofiles import profile_name
+from controller.cloud.aws.tags import ownership_tags
+from controller.cloud.aws.userdata import missing_cluster_fact
 from controller.kube import resources as R
 from controller.kube.client import KubeClient
 from controller.kube.errors import NotFoundError
 from controller.kube.events import Recorder
 from controller.kube.workqueue import Result
 from controller.nodeclass.hash import reconcile_hash
+from controller.nodeclass.validation import DryRunValidator, TransientValidationError
 from controller.state.cluster import Cluster
 
 log = logging.getLogger("karpy.nodeclass")
@@ -44,6 +49,7 @@ INSTANCE_PROFILE_READY = "InstanceProfileReady"
 VALIDATION_SUCCEEDED = "ValidationSucceeded"
 READY = "Ready"
 DEPENDENTS = (AMIS_READY, SUBNETS_READY, SECURITY_GROUPS_READY, INSTANCE_PROFILE_READY, VALIDATION_SUCCEEDED)
+CAPACITY_RESERVATIONS_READY = "CapacityReservationsReady"  # a dependent of Ready with the ReservedCapacity gate
 REFRESH_SECONDS = 60.0
 _MISSING_IMAGE_CODES = frozenset({"InvalidAMIID.NotFound", "InvalidAMIID.Malformed", "InvalidAMIID.Unavailable"})
 # IAM answers that no retry will change: the condition says so instead of the controller backing off
@@ -81,8 +87,10 @@ class NodeClassController:
 
     def __init__(self, cluster: Cluster, client: KubeClient, provider: Any, recorder: Recorder, *,
                  refresh_seconds: float = REFRESH_SECONDS, finalize_poll_seconds: float = 5.0,
-                 clock: Callable[[], float] = time.time) -> None:
-        """`provider` is the AWSCloudProvider: its EC2/SSM clients, instance profiles and Kubernetes version."""
+                 clock: Callable[[], float] = time.time, dry_run: bool = True,
+                 reserved_capacity: bool = True) -> None:
+        """`provider` is the AWSCloudProvider: its EC2/SSM clients, instance profiles and Kubernetes version;
+        `dry_run` False (DISABLE_DRY_RUN) skips the permission checks of the validation."""
         self.cluster = cluster
         self.client = client
         self.provider = provider
@@ -91,6 +99,10 @@ class NodeClassController:
         # the class is re-checked this often while NodeClaims still use it (NodeClaim deletions do not enqueue it)
         self.finalize_poll_seconds = finalize_poll_seconds
         self.clock = clock
+        self.validator = DryRunValidator(provider.ec2) if dry_run else None
+        # the ReservedCapacity gate: capacity reservations resolved, and their condition part of Ready
+        self.reserved_capacity = reserved_capacity
+        self.dependents = (*DEPENDENTS, CAPACITY_RESERVATIONS_READY) if reserved_capacity else DEPENDENTS
 
     # ---- entry point -------------------------------------------------------------------------------------------
     def reconcile(self, name: str) -> Result:
@@ -129,6 +141,17 @@ class NodeClassController:
             except (ClientError, BotoCoreError) as e:  # a transient AWS error: keep what status has, back off
                 errors.append(e)
                 log.error("resolving %s failed", condition, extra={**_ref(name), "error": str(e)[:300]})
+        if self.reserved_capacity:
+            try:
+                reservations = capacityreservations.resolve(
+                    self.provider.ec2, spec.get("capacityReservationSelectorTerms") or [], dt.datetime.now(dt.UTC))
+                outcomes[CAPACITY_RESERVATIONS_READY] = _Outcome({"capacityReservations": reservations or None}, True)
+            except (ClientError, BotoCoreError) as e:
+                errors.append(e)
+                log.error("resolving %s failed", CAPACITY_RESERVATIONS_READY,
+                          extra={**_ref(name), "error": str(e)[:300]})
+        else:
+            status.pop("capacityReservations", None)
         for condition, outcome in outcomes.items():
             status.update(outcome.fields)
             C.set_condition(status, condition, outcome.ready, outcome.reason or condition, outcome.message,
@@ -142,7 +165,7 @@ class NodeClassController:
             C.set_condition(status, VALIDATION_SUCCEEDED, False, "DependenciesNotReady",
                             ", ".join(f"{c}=False" for c in failed), generation=generation)
         elif all(C.is_true(status, c) for c in DEPENDENTS[:-1]):
-            C.set_condition(status, VALIDATION_SUCCEEDED, True, VALIDATION_SUCCEEDED, generation=generation)
+            self._validate(name, spec, status, generation)
         self._set_ready(status, generation)
         for k in [k for k, v in status.items() if v is None]:
             if k not in stored:
@@ -157,17 +180,35 @@ class NodeClassController:
             raise errors[0]
         return Result(requeue_after=self.refresh_seconds)
 
+    def _validate(self, name: str, spec: dict[str, Any], status: dict[str, Any], generation: int | None) -> None:
+        """ValidationSucceeded from the dry runs of the launch calls (True without them when dry runs are off); a
+        dry run AWS could not answer leaves the condition as it was, for the next pass."""
+        if self.validator is None:
+            C.set_condition(status, VALIDATION_SUCCEEDED, True, VALIDATION_SUCCEEDED, generation=generation)
+            return
+        tags = ownership_tags(self.provider.cluster.name, nodeclass=name, user_tags=spec.get("tags") or {})
+        try:
+            verdict = self.validator.validate(name, spec, status, tags)
+        except TransientValidationError as e:
+            log.error("validating nodeclass failed", extra={**_ref(name), "error": str(e)[:300]})
+            return
+        if verdict.ok:
+            C.set_condition(status, VALIDATION_SUCCEEDED, True, VALIDATION_SUCCEEDED, generation=generation)
+        else:
+            C.set_condition(status, VALIDATION_SUCCEEDED, False, verdict.reason, verdict.message,
+                            generation=generation)
+
     def _set_ready(self, status: dict[str, Any], generation: int | None) -> None:
         """Ready is True when every dependent is; else False with the first failing dependent's reason and every
         failing dependent's message, or Unknown while some are not resolved yet."""
-        conds = {c: C.get(status, c) or {} for c in DEPENDENTS}
-        false = [conds[c] for c in DEPENDENTS if conds[c].get("status") == "False"]
+        conds = {c: C.get(status, c) or {} for c in self.dependents}
+        false = [conds[c] for c in self.dependents if conds[c].get("status") == "False"]
         if false:
             real = [c for c in false if c.get("reason") != "DependenciesNotReady"] or false
             C.set_condition(status, READY, False, str(real[0].get("reason") or "UnhealthyDependents"),
                             "; ".join(str(c.get("message") or f"{c.get('type')}=False") for c in real),
                             generation=generation)
-        elif all(conds[c].get("status") == "True" for c in DEPENDENTS):
+        elif all(conds[c].get("status") == "True" for c in self.dependents):
             C.set_condition(status, READY, True, READY, generation=generation)
         else:
             C.set_condition(status, READY, None, "AwaitingReconciliation",
@@ -186,7 +227,8 @@ class NodeClassController:
             return
 
     def _subnets(self, name: str, spec: dict[str, Any]) -> _Outcome:
-        subnets = discover_subnets(self.provider.ec2, spec.get("subnetSelectorTerms") or [])
+        # described through the subnet provider: launches then count on these free addresses
+        subnets = self.provider.subnets.describe(self.provider.ec2, spec.get("subnetSelectorTerms") or [])
         if not subnets:
             return _Outcome({"subnets": None}, False, "SubnetsNotFound", "SubnetSelector did not match any Subnets")
         # most free IP addresses first (ties by id): launches take, per zone, the first subnet of the list
@@ -213,11 +255,17 @@ class NodeClassController:
         amis = self._resolve_amis(terms)
         if not amis:
             return _Outcome({"amis": None}, False, "AMINotFound", "AMISelector did not match any AMIs")
-        return _Outcome({"amis": [_compact({"id": a.id, "name": a.name, "requirements": [
-            {"key": L.ARCH, "operator": "In", "values": [a.architecture]}]}) for a in amis]}, True)
+        resolved = {"amis": [_compact({"id": a.id, "name": a.name, "requirements": [
+            {"key": k, "operator": op, **({"values": list(v)} if v else {})} for k, op, v in a.all_requirements()]})
+            for a in amis]}
+        facts = getattr(self.provider, "facts", None)
+        missing = missing_cluster_fact(ami_family(spec), facts()) if facts is not None else ""
+        if missing:  # the family's bootstrap cannot be written: nothing launches until the fact is known
+            return _Outcome(resolved, False, "ClusterFactUnresolved", missing)
+        return _Outcome(resolved, True)
 
     def _resolve_amis(self, terms: list[dict[str, Any]]) -> list[AMI]:
-        """The newest AMI per architecture the terms select; an image id that does not exist selects nothing (EC2
+        """The best AMI per requirement set the terms select; an image id that does not exist selects nothing (EC2
         refuses the whole DescribeImages call for it, so the terms are then resolved one by one)."""
         try:
             return resolve(self.provider.ec2, self.provider.ssm, terms, self.provider.k8s_version)
@@ -226,21 +274,17 @@ class NodeClassController:
         except ClientError as e:
             if e.response.get("Error", {}).get("Code") not in _MISSING_IMAGE_CODES:
                 raise
-        best: dict[str, AMI] = {}
+        found: list[AMI] = []
         for term in terms:
             try:
-                found = resolve(self.provider.ec2, self.provider.ssm, [term], self.provider.k8s_version)
+                found += resolve(self.provider.ec2, self.provider.ssm, [term], self.provider.k8s_version)
             except ValueError:
                 continue
             except ClientError as e:
                 if e.response.get("Error", {}).get("Code") in _MISSING_IMAGE_CODES:
                     continue
                 raise
-            for a in found:
-                if a.architecture not in best or (a.creation_date, a.id) > (best[a.architecture].creation_date,
-                                                                             best[a.architecture].id):
-                    best[a.architecture] = a
-        return [best[k] for k in sorted(best)]
+        return newest_per_requirements(found)
 
     def _instance_profile(self, name: str, spec: dict[str, Any]) -> _Outcome:
         if spec.get("instanceProfile"):

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -99,8 +100,12 @@ class ControllerProcess:
 class KubeletSim:
     """Registers a Node for every launched NodeClaim and keeps it Ready (see the module docstring)."""
 
-    def __init__(self, api: Any, register: bool = True) -> None:
+    def __init__(self, api: Any, register: bool = True,
+                 labels_for: Callable[[dict[str, Any]], dict[str, str] | None] | None = None) -> None:
+        """`labels_for(claim)`: the labels the node's bootstrap gives kubelet (None: not known yet, retried); by
+        default the NodeClaim's labels."""
         self.api = api
+        self.labels_for = labels_for
         self.custom = client.CustomObjectsApi(api)
         self.kubelet = FakeKubelet(api)
         self.registered: dict[str, str] = {}  # providerID -> node name
@@ -143,7 +148,10 @@ class KubeletSim:
             if not pid or pid in self.registered or pid in self.hold or claim["metadata"].get("deletionTimestamp"):
                 continue
             name = pid.rsplit("/", 1)[-1]
-            labels = dict(claim["metadata"].get("labels") or {})
+            labels = dict(claim["metadata"].get("labels") or {}) if self.labels_for is None else \
+                self.labels_for(claim)
+            if labels is None:
+                continue
             taints = [{"key": "karpenter.sh/unregistered", "effect": "NoExecute"}]
             taints += [dict(t) for t in (claim.get("spec") or {}).get("startupTaints") or []]
             capacity = dict(status.get("capacity") or {"cpu": "2", "memory": "4Gi", "pods": "110"})

@@ -49,7 +49,8 @@ def make_world(ec2: Any, ssm: Any, iam: Any, *, cidr_octet: int, zones: tuple[st
     iam.create_role(RoleName=f"KarpenterNodeRole-{cluster}", AssumeRolePolicyDocument=trust)
     types = InstanceTypeProvider(ec2, PricingProvider(None, ec2, "us-east-1", PriceTable(on_demand=prices)),
                                  "us-east-1")
-    provider = AWSCloudProvider(cluster=ClusterInfo(cluster, "https://example.eks", "Q0E="), region="us-east-1",
+    provider = AWSCloudProvider(cluster=ClusterInfo(cluster, "https://example.eks", "Q0E=", "10.100.0.0/16"),
+                                region="us-east-1",
                                 k8s_version=K8S, ec2=ec2, ssm=ssm, iam=iam, instance_types=types)
     selector = [{"tags": {"karpenter.sh/discovery": cluster}}]
     nodeclass = {"apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": {"name": "default"},

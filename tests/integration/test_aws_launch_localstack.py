@@ -52,7 +52,7 @@ def world(localstack_session, localstack_endpoint):
 
 
 def _template(world: dict[str, Any]) -> str:
-    ud = al2023_user_data(ClusterInfo(world["cluster"], "https://example.eks", "Q0E="),
+    ud = al2023_user_data(ClusterInfo(world["cluster"], "https://example.eks", "Q0E=", "10.100.0.0/16"),
                           NodeSettings({"karpenter.sh/nodepool": "default"}))
     spec = LaunchTemplateSpec(world["image"], ud, (world["sg"],), f"{world['cluster']}_profile")
     return ensure(world["ec2"], spec, {f"kubernetes.io/cluster/{world['cluster']}": "owned"})

@@ -66,8 +66,11 @@ def test_status_resolved_and_ready_and_launches_read_it(kube, world, aws_client)
         assert [g["name"] for g in status["securityGroups"]] == [f"{provider.cluster.name}-nodes"]
         archs = {a["requirements"][0]["values"][0]: a for a in status["amis"]}
         assert set(archs) == {"amd64", "arm64"}
-        assert archs["amd64"]["requirements"] == [{"key": "kubernetes.io/arch", "operator": "In",
-                                                   "values": ["amd64"]}]
+        # the standard image: no GPU or Neuron accelerators (the world seeds only the standard alias parameters)
+        assert archs["amd64"]["requirements"] == [
+            {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]},
+            {"key": "karpenter.k8s.aws/instance-accelerator-count", "operator": "DoesNotExist"},
+            {"key": "karpenter.k8s.aws/instance-gpu-count", "operator": "DoesNotExist"}]
         assert status["instanceProfile"] == profile_name(provider.cluster.name, "us-east-1", name)
         roles = aws_client("iam").get_instance_profile(InstanceProfileName=status["instanceProfile"])[
             "InstanceProfile"]["Roles"]

@@ -37,7 +37,8 @@ def test_al2023_nodeconfig_carries_cluster_and_kubelet():
                                       "certificateAuthority": "LS0tQ0E=", "cidr": "172.20.0.0/16"}
     assert cfg["spec"]["kubelet"]["config"]["maxPods"] == 110
     assert cfg["spec"]["kubelet"]["config"]["registerWithTaints"] == [
-        {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}]
+        {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"},
+        {"key": "karpenter.sh/unregistered", "effect": "NoExecute"}]
     assert cfg["spec"]["kubelet"]["flags"] == ["--node-labels=karpenter.sh/nodepool=default,team=a"]
 
 
@@ -117,7 +118,7 @@ def test_one_ownership_tag_helper_for_instances_profiles_templates_and_filters()
                           user_tags={"team": "a", "eks:eks-cluster-name": "spoofed"}) == {
         "team": "a", "kubernetes.io/cluster/prod": "owned", "eks:eks-cluster-name": "prod",
         "karpenter.sh/nodepool": "default", "karpenter.sh/nodeclaim": "default-x7k2p",
-        "karpenter.k8s.aws/ec2nodeclass": "default", "Name": "default-x7k2p"}
+        "karpenter.k8s.aws/ec2nodeclass": "default"}  # Named after its Node once it registers, not at launch
     assert ownership_tags("prod", nodeclaim="c", user_tags={"Name": "mine"})["Name"] == "mine"
     # instance profiles: what the iam:*InstanceProfile conditions of the controller policy key on
     assert ownership_tags("prod", nodeclass="default", region="us-east-1") == {
@@ -157,7 +158,8 @@ def test_al2_bootstrap_carries_kubelet_args_after_user_script():
     boot = parts[1][1]
     assert "/etc/eks/bootstrap.sh 'prod' --apiserver-endpoint 'https://ABC.gr7.us-east-1.eks.amazonaws.com'" in boot
     assert "--use-max-pods false" in boot
-    assert ("--kubelet-extra-args '--node-labels=karpenter.sh/nodepool=default --register-with-taints=a=b:NoSchedule "
+    assert ("--kubelet-extra-args '--node-labels=karpenter.sh/nodepool=default "
+            "--register-with-taints=a=b:NoSchedule,karpenter.sh/unregistered:NoExecute "
             "--max-pods=58'") in boot
 
 
@@ -174,7 +176,7 @@ def test_bottlerocket_settings_merge_with_karpenters_winning():
     k8s = settings["kubernetes"]
     assert k8s["cluster-name"] == "prod" and k8s["api-server"] == CLUSTER.endpoint and k8s["max-pods"] == 110
     assert k8s["node-labels"] == {"karpenter.sh/nodepool": "default"}
-    assert k8s["node-taints"] == {"a": ["b:NoSchedule"]}
+    assert k8s["node-taints"] == {"a": ["b:NoSchedule"], "karpenter.sh/unregistered": [":NoExecute"]}
     assert settings["host-containers"]["admin"]["enabled"] is True  # the user's own settings are kept
     with pytest.raises(ValueError, match="not valid TOML"):
         bottlerocket_user_data(CLUSTER, node, "settings = [")

@@ -12,6 +12,7 @@ from controller.catalog.types import InstanceType, Offering
 from controller.cloud.aws.discovery import Subnet
 from controller.cloud.aws.fleet import choose_overrides
 from controller.cloud.aws.provider import resolved_from_status
+from controller.cloud.aws.subnets import SubnetProvider
 from controller.cloud.aws.unavailable import UnavailableOfferings
 from controller.cloud.errors import InsufficientCapacityError
 from controller.cloud.fake.provider import FakeCloudProvider
@@ -82,14 +83,17 @@ def test_nodeclass_view_carries_spec_and_resolved_status():
     assert nc.block_device_mappings == ({"deviceName": "/dev/xvda", "ebs": {"volumeSize": "40Gi"}},)
     assert nc.subnets[0] == ResolvedSubnet("subnet-2", "us-east-1a", "use1-az1")
     assert nc.security_groups == (ResolvedSecurityGroup("sg-1", "nodes"),)
-    assert nc.amis == (ResolvedAMI("ami-arm", "br-arm", ("arm64",)), ResolvedAMI("ami-x86", "br-x86", ("amd64",)))
+    assert nc.amis == (ResolvedAMI("ami-arm", "br-arm", ("arm64",), (("kubernetes.io/arch", "In", ("arm64",)),)),
+                       ResolvedAMI("ami-x86", "br-x86", ("amd64",), (("kubernetes.io/arch", "In", ("amd64",)),)))
     resolved = resolved_from_status(nc)
     assert resolved is not None
     subnets, groups, amis, profile = resolved
-    # per zone the first subnet of the status (the status controller orders them by free IPs)
-    assert {z: s.id for z, s in subnets.items()} == {"us-east-1a": "subnet-2", "us-east-1b": "subnet-3"}
+    # per zone the first subnet of the status (the status controller orders them by free IPs) unless the subnet
+    # provider counts more free addresses elsewhere
+    assert {z: s.id for z, s in SubnetProvider().zonal(subnets).items()} == {"us-east-1a": "subnet-2",
+                                                                              "us-east-1b": "subnet-3"}
     assert [g.id for g in groups] == ["sg-1"] and profile == "prod_123"
-    assert [(a.id, a.architecture) for a in amis] == [("ami-x86", "amd64"), ("ami-arm", "arm64")]
+    assert [(a.id, a.architecture) for a in amis] == [("ami-arm", "arm64"), ("ami-x86", "amd64")]  # status order
     # not resolved yet: the provider resolves itself
     assert resolved_from_status(NodeClass.from_manifest({**NODECLASS, "status": {}})) is None
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from controller.cloud.errors import InsufficientCapacityError, NodeClaimNotFoundError
 
-__all__ = ["INSUFFICIENT_CAPACITY_CODES", "InsufficientCapacityError", "LaunchError", "LaunchTemplateNotFoundError",
+__all__ = ["INSUFFICIENT_CAPACITY_CODES", "INSUFFICIENT_FREE_ADDRESSES", "InsufficientCapacityError", "LaunchError",
+           "LaunchTemplateNotFoundError",
            "NodeClaimNotFoundError"]
 
 # CreateFleet error codes that mean "no capacity for this offering right now" (Karpenter's list)
@@ -13,6 +14,9 @@ INSUFFICIENT_CAPACITY_CODES = frozenset({
     "UnfulfillableCapacity", "Unsupported", "InsufficientFreeAddressesInSubnet", "ReservationCapacityExceeded",
     "SpotMaxPriceTooLow",
 })
+
+# a subnet out of IP addresses: another subnet of the zone may still take the launch
+INSUFFICIENT_FREE_ADDRESSES = "InsufficientFreeAddressesInSubnet"
 
 
 class LaunchTemplateNotFoundError(Exception):

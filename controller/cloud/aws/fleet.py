@@ -5,6 +5,8 @@ Spot is used when the NodeClaim allows it and spot offerings exist (allocation s
 otherwise on-demand (lowest-price). Offerings refused for lack of capacity are marked unavailable for 3 minutes and the
 launch is retried without them. A retried launch of the same NodeClaim never creates a second instance: an instance
 already tagged with the NodeClaim's name is returned, and the request carries a client token derived from it.
+Each zone's subnet is the one with the most free addresses (controller/cloud/aws/subnets.py); a subnet out of addresses
+is passed over and the zone's offerings are given up only when no other subnet of the zone is left.
 """
 
 from __future__ import annotations
@@ -22,10 +24,12 @@ from controller.cloud.aws import instances
 from controller.cloud.aws.discovery import Subnet
 from controller.cloud.aws.errors import (
     INSUFFICIENT_CAPACITY_CODES,
+    INSUFFICIENT_FREE_ADDRESSES,
     InsufficientCapacityError,
     LaunchError,
     LaunchTemplateNotFoundError,
 )
+from controller.cloud.aws.subnets import SubnetProvider
 from controller.cloud.aws.tags import ownership_tags
 from controller.cloud.aws.unavailable import UnavailableOfferings
 from controller.cloud.provider import LaunchRequest
@@ -74,21 +78,27 @@ def _by_template(overrides: list[Override], templates: str | dict[str, str]) -> 
         return [(templates, overrides)]
     groups: dict[str, list[Override]] = {}
     for o in overrides:
-        groups.setdefault(templates[o.arch], []).append(o)
+        groups.setdefault(templates.get(o.instance_type) or templates[o.arch], []).append(o)
     # the configuration holding the cheapest offering first
     return sorted(groups.items(), key=lambda kv: (min(o.price for o in kv[1]), kv[0]))
 
 
 def launch(ec2: Any, *, cluster_name: str, request: LaunchRequest, nodeclass_name: str,
-           instance_types: list[InstanceType], subnets: dict[str, Subnet], launch_template: str | dict[str, str],
-           unavailable: UnavailableOfferings, user_tags: dict[str, str] | None = None) -> instances.Instance:
+           instance_types: list[InstanceType], subnets: dict[str, Subnet] | list[Subnet],
+           launch_template: str | dict[str, str], unavailable: UnavailableOfferings,
+           user_tags: dict[str, str] | None = None, subnet_provider: SubnetProvider | None = None
+           ) -> instances.Instance:
     """Launch the instance for a NodeClaim (or return the one already launched for it).
 
-    `launch_template` is one template name, or one per architecture (amd64/arm64) when the AMIs differ; instance types
-    of an architecture without a template are not offered."""
+    `subnets` are the EC2NodeClass's subnets (or one per zone); `subnet_provider` keeps their free-address
+    accounting across launches. `launch_template` is one template name, or one per instance type name or
+    architecture (amd64/arm64) when the AMIs differ; instance types without a template are not offered."""
+    candidates = list(subnets.values()) if isinstance(subnets, dict) else list(subnets)
+    accounting = subnet_provider or SubnetProvider()
     templates = launch_template if isinstance(launch_template, dict) else None
     if templates is not None:
-        instance_types = [it for it in instance_types if it.labels.get(L.ARCH, "amd64") in templates]
+        instance_types = [it for it in instance_types
+                          if it.name in templates or it.labels.get(L.ARCH, "amd64") in templates]
     name = request.name
     existing = instances.find_by_nodeclaim(ec2, cluster_name, name)
     if existing is not None:
@@ -99,9 +109,14 @@ def launch(ec2: Any, *, cluster_name: str, request: LaunchRequest, nodeclass_nam
     tag_list = [{"Key": k, "Value": v} for k, v in sorted(tags.items())]
     token = hashlib.sha256(f"{cluster_name}/{name}/{request.uid}".encode()).hexdigest()[:64]
     for attempt in range(MAX_ATTEMPTS):
-        capacity_type, overrides = choose_overrides(requirements, instance_types, subnets, unavailable)
+        zonal = accounting.zonal(candidates)
+        capacity_type, overrides = choose_overrides(requirements, instance_types, zonal, unavailable)
         if not overrides:
             raise InsufficientCapacityError(f"nodeclaim {name}: no available offering satisfies its requirements")
+        offered = {o.subnet.zone: o.subnet for o in overrides}
+        offered_types = {o.instance_type for o in overrides}
+        candidates_types = [it for it in instance_types if it.name in offered_types]  # what may land in each subnet
+        accounting.reserve(offered, candidates_types, capacity_type)
         fleet: dict[str, Any] = {
             "Type": "instant",
             # reserved capacity is on-demand capacity drawn from the reservation (EC2 has no "reserved" target type)
@@ -128,6 +143,7 @@ def launch(ec2: Any, *, cluster_name: str, request: LaunchRequest, nodeclass_nam
         try:
             resp = ec2.create_fleet(**fleet)
         except ClientError as e:
+            accounting.release_unused(offered, (), candidates_types, capacity_type)
             if e.response["Error"]["Code"].startswith(("InvalidLaunchTemplateName.NotFound",
                                                        "InvalidLaunchTemplateId.NotFound")):
                 raise LaunchTemplateNotFoundError(str(e)) from None
@@ -136,9 +152,13 @@ def launch(ec2: Any, *, cluster_name: str, request: LaunchRequest, nodeclass_nam
         for err in resp.get("Errors", []):
             code = err.get("ErrorCode", "")
             o = (err.get("LaunchTemplateAndOverrides") or {}).get("Overrides") or {}
+            subnet_id = o.get("SubnetId") or ""
+            zone = o.get("AvailabilityZone") or next((s.zone for s in candidates if s.id == subnet_id), "")
+            if code == INSUFFICIENT_FREE_ADDRESSES and subnet_id:
+                accounting.mark_full(subnet_id)
+                if zone in accounting.zonal(candidates):
+                    continue  # the zone has another subnet: the next attempt launches there
             if code in INSUFFICIENT_CAPACITY_CODES and o.get("InstanceType"):
-                zone = o.get("AvailabilityZone") or next(
-                    (s.zone for s in subnets.values() if s.id == o.get("SubnetId")), "")
                 # a reservation that ran out is the reserved offering's ICE, not on-demand's (its Lifecycle)
                 refused = capacity_type if capacity_type == L.CAPACITY_TYPE_RESERVED else (
                     err.get("Lifecycle") or capacity_type)
@@ -149,7 +169,9 @@ def launch(ec2: Any, *, cluster_name: str, request: LaunchRequest, nodeclass_nam
             else:
                 other_errors.append(f"{code}: {err.get('ErrorMessage', '')}")
         ids = [i for fleet_instance in resp.get("Instances", []) for i in fleet_instance.get("InstanceIds", [])]
-        if ids:
+        if not ids:
+            accounting.release_unused(offered, (), candidates_types, capacity_type)
+        else:
             extras = ids[1:]
             if (resp.get("ResponseMetadata") or {}).get("RetryAttempts"):
                 # botocore resent this request: an attempt whose reply was lost may have launched an instance too
@@ -160,8 +182,17 @@ def launch(ec2: Any, *, cluster_name: str, request: LaunchRequest, nodeclass_nam
                 log.warning("nodeclaim %s: terminating duplicate instance %s", name, extra)
                 ec2.terminate_instances(InstanceIds=[extra])
             described = ec2.describe_instances(InstanceIds=[ids[0]])["Reservations"][0]["Instances"][0]
+            # the subnets offered but not launched into get their addresses back
+            accounting.release_unused(offered, _fulfilled_subnets(resp) or [described.get("SubnetId", "")],
+                                      candidates_types, capacity_type)
             return instances.from_description(described)
         if other_errors:
             raise LaunchError(f"nodeclaim {name}: CreateFleet failed: {'; '.join(other_errors)}")
         log.info("nodeclaim %s: no capacity on attempt %d, retrying without the refused offerings", name, attempt + 1)
     raise InsufficientCapacityError(f"nodeclaim {name}: every allowed offering was refused for lack of capacity")
+
+
+def _fulfilled_subnets(resp: dict[str, Any]) -> list[str]:
+    """The subnets CreateFleet launched into (as its reply names them)."""
+    return [s for i in resp.get("Instances", [])
+            if (s := ((i.get("LaunchTemplateAndOverrides") or {}).get("Overrides") or {}).get("SubnetId"))]

@@ -19,8 +19,6 @@ from controller.cloud.aws.discovery import (
     SecurityGroup,
     Subnet,
     discover_security_groups,
-    discover_subnets,
-    subnets_by_zone,
 )
 from controller.cloud.aws.errors import LaunchError, LaunchTemplateNotFoundError, NodeClaimNotFoundError
 from controller.cloud.aws.fleet import launch
@@ -33,38 +31,30 @@ from controller.cloud.aws.launchtemplates import (
     block_device_mappings,
     ensure,
 )
+from controller.cloud.aws.subnets import SubnetProvider
 from controller.cloud.aws.tags import NODECLAIM, matches, owner_tags, ownership_filters, ownership_tags
 from controller.cloud.aws.unavailable import UnavailableOfferings
-from controller.cloud.aws.userdata import (
-    ClusterInfo,
-    NodeSettings,
-    al2_user_data,
-    al2023_user_data,
-    bottlerocket_user_data,
-)
+from controller.cloud.aws.userdata import RENDERERS, ClusterInfo, MissingClusterFactError, NodeSettings
+from controller.cloud.errors import NodeClassNotReadyError
 from controller.cloud.provider import LaunchedNode, LaunchRequest, NodeClass
 
 DISCOVERY_TTL_SECONDS = 60.0
 MAX_DISCOVERED = 3 * 1024  # three entries per EC2NodeClass
 
 
-def resolved_from_status(nodeclass: NodeClass) -> tuple[dict[str, Subnet], list[SecurityGroup], list[AMI],
+def resolved_from_status(nodeclass: NodeClass) -> tuple[list[Subnet], list[SecurityGroup], list[AMI],
                                                         str] | None:
-    """What the status controller resolved: per zone the first subnet of status.subnets (ordered by free IPs, most
-    first), the security groups, the AMIs by architecture and the instance profile; None unless all are there."""
+    """What the status controller resolved: the subnets of status.subnets (ordered by free IPs, most first; their
+    counts are the SubnetProvider's), the security groups, the AMIs by architecture and the instance profile; None
+    unless all are there."""
     profile = nodeclass.status_instance_profile or nodeclass.instance_profile or ""
-    subnets: dict[str, Subnet] = {}
-    for s in nodeclass.subnets:
-        subnets.setdefault(s.zone, Subnet(s.id, s.zone, s.zone_id, 0))
+    subnets = [Subnet(s.id, s.zone, s.zone_id, 0) for s in nodeclass.subnets]
     groups = [SecurityGroup(g.id, g.name) for g in nodeclass.security_groups]
-    amis: dict[str, AMI] = {}
-    for a in nodeclass.amis:
-        for arch in a.architectures:
-            if arch in ARCHITECTURES.values():
-                amis.setdefault(arch, AMI(a.id, a.name, arch, ""))
+    amis = [AMI(a.id, a.name, arch, "", tuple(r for r in a.requirements if r[0] != L.ARCH))
+            for a in nodeclass.amis for arch in a.architectures if arch in ARCHITECTURES.values()]
     if not (subnets and groups and amis and profile):
         return None
-    return subnets, groups, [amis[k] for k in sorted(amis)], profile
+    return subnets, groups, amis, profile
 
 
 class AWSCloudProvider:
@@ -72,8 +62,11 @@ class AWSCloudProvider:
 
     def __init__(self, *, cluster: ClusterInfo, region: str, k8s_version: str, ec2: Any, ssm: Any, iam: Any,
                  instance_types: InstanceTypeProvider, unavailable: UnavailableOfferings | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, subnets: SubnetProvider | None = None,
+                 facts: Callable[[], ClusterInfo] | None = None) -> None:
         self.cluster = cluster
+        # the cluster facts bootstrap reads at each launch (clusterfacts.ClusterFacts.get: learned, then cached)
+        self.facts: Callable[[], ClusterInfo] = facts or (lambda: self.cluster)
         self.region = region
         self.k8s_version = k8s_version
         self.ec2, self.ssm = ec2, ssm
@@ -81,6 +74,7 @@ class AWSCloudProvider:
         self.instance_types = instance_types
         self.unavailable = unavailable or instance_types.unavailable
         self.clock = clock
+        self.subnets = subnets or SubnetProvider(clock)  # free addresses per subnet, shared with the status controller
         # subnets, security groups and AMIs resolved here (when the status controller has not), for a minute
         self._discovered: TTLCache[str, Any] = TTLCache(MAX_DISCOVERED, DISCOVERY_TTL_SECONDS, timer=clock)
         self._discovered_lock = threading.Lock()
@@ -108,10 +102,9 @@ class AWSCloudProvider:
         is empty, as for `karpy simulate` and tests without the status controller), and launch through CreateFleet."""
         name = nodeclass.name
         family = nodeclass.ami_family
-        render = {"al2023": al2023_user_data, "al2": al2_user_data, "bottlerocket": bottlerocket_user_data}.get(family)
+        render = RENDERERS.get(family)
         if render is None:
-            raise LaunchError(f"EC2NodeClass {name}: user data for AMI family {family!r} is not implemented yet "
-                              "(al2023, al2 and bottlerocket are)")
+            raise LaunchError(f"EC2NodeClass {name}: unknown AMI family {family!r}")
         devices = block_device_mappings(family, [dict(b) for b in nodeclass.block_device_mappings])
         for b in devices:  # before any AWS call: a volume EC2 cannot take fails the launch with the field at fault
             try:
@@ -121,31 +114,42 @@ class AWSCloudProvider:
         subnets, groups, amis, profile = self._resolved(nodeclass)
         node = NodeSettings(labels=dict(request.labels), taints=[*request.taints, *request.startup_taints],
                             kubelet=dict(nodeclass.kubelet))
-        user_data = render(self.cluster, node, nodeclass.user_data)
+        try:
+            user_data = render(self.facts(), node, nodeclass.user_data)
+        except MissingClusterFactError as e:
+            raise NodeClassNotReadyError(f"EC2NodeClass {name}: {e}") from None
         owned = ownership_tags(self.cluster.name, nodeclass=name)
-        templates = {}
-        for ami in amis:
-            lt = LaunchTemplateSpec(image_id=ami.id, user_data=user_data,
-                                    security_group_ids=tuple(g.id for g in groups),
-                                    instance_profile=profile, metadata_options=dict(nodeclass.metadata_options),
-                                    block_device_mappings=devices,
-                                    tags={**nodeclass.tags, **owned},
-                                    detailed_monitoring=nodeclass.detailed_monitoring,
-                                    associate_public_ip=nodeclass.associate_public_ip_address)
-            templates[ami.architecture] = lt
         its = self.get_instance_types(nodeclass)
+        # per instance type the first AMI whose requirements it meets (a GPU type gets the nvidia image), one
+        # launch template per AMI used, as Karpenter's MapToInstanceTypes groups them
+        templates: dict[str, LaunchTemplateSpec] = {}
+        image_of: dict[str, str] = {}
+        for it in its:
+            ami = next((a for a in amis if a.serves(it.labels)), None)
+            if ami is None:
+                continue
+            image_of[it.name] = ami.id
+            templates.setdefault(ami.id, LaunchTemplateSpec(
+                image_id=ami.id, user_data=user_data, security_group_ids=tuple(g.id for g in groups),
+                instance_profile=profile, metadata_options=dict(nodeclass.metadata_options),
+                block_device_mappings=devices, tags={**nodeclass.tags, **owned},
+                detailed_monitoring=nodeclass.detailed_monitoring,
+                associate_public_ip=nodeclass.associate_public_ip_address))
+        its = [it for it in its if it.name in image_of]
         for attempt in (1, 2):
-            names = {}
-            for arch, lt in templates.items():
+            by_image = {}
+            for image, lt in templates.items():
                 lt_name = lt.name()
                 if lt_name not in self._templates:
                     ensure(self.ec2, lt, owned)
                     self._templates.add(lt_name)
-                names[arch] = lt_name
+                by_image[image] = lt_name
+            names = {it_name: by_image[image] for it_name, image in image_of.items()}
             try:
                 inst = launch(self.ec2, cluster_name=self.cluster.name, request=request, nodeclass_name=name,
                               instance_types=its, subnets=subnets, launch_template=names,
-                              unavailable=self.unavailable, user_tags=dict(nodeclass.tags))
+                              unavailable=self.unavailable, user_tags=dict(nodeclass.tags),
+                              subnet_provider=self.subnets)
                 return self._describe(inst, its)
             except LaunchTemplateNotFoundError:
                 if attempt == 2:
@@ -153,15 +157,15 @@ class AWSCloudProvider:
                 self._templates.difference_update(names.values())
         raise AssertionError("unreachable")
 
-    def _resolved(self, nodeclass: NodeClass) -> tuple[dict[str, Subnet], list[SecurityGroup], list[AMI], str]:
-        """Subnets per zone, security groups, AMIs and the instance profile: from status when the status controller
+    def _resolved(self, nodeclass: NodeClass) -> tuple[list[Subnet], list[SecurityGroup], list[AMI], str]:
+        """Subnets, security groups, AMIs and the instance profile: from status when the status controller
         has resolved them, else resolved here (cached for a minute)."""
         name = nodeclass.name
         from_status = resolved_from_status(nodeclass)
         if from_status is not None:
             return from_status
-        subnets = self._cached(f"subnets/{name}", lambda: subnets_by_zone(
-            discover_subnets(self.ec2, [dict(t) for t in nodeclass.subnet_selector_terms])))
+        subnets = self._cached(f"subnets/{name}", lambda: self.subnets.describe(
+            self.ec2, [dict(t) for t in nodeclass.subnet_selector_terms]))
         groups = self._cached(f"sgs/{name}", lambda: discover_security_groups(
             self.ec2, [dict(t) for t in nodeclass.security_group_selector_terms]))
         amis = self._cached(f"amis/{name}", lambda: resolve(self.ec2, self.ssm,

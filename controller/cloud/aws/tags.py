@@ -22,16 +22,14 @@ def ownership_tags(cluster_name: str, *, nodepool: str | None = None, nodeclaim:
                    nodeclass: str | None = None, region: str | None = None,
                    user_tags: Mapping[str, str] | None = None) -> dict[str, str]:
     """The tags of a resource Karpenter makes: the EC2NodeClass's own tags, then the cluster's ownership and the
-    owners given (Karpenter's win over the user's, as the EC2NodeClass validation forbids users setting them); a
-    NodeClaim's resources are also Named after it unless the user named them."""
+    owners given (Karpenter's win over the user's, as the EC2NodeClass validation forbids users setting them). The
+    instance's Name (its Node's name) is added once the Node registers (controller/cloud/aws/tagging.py)."""
     tags = dict(user_tags or {})
     tags.update({cluster_tag(cluster_name): "owned", EKS_CLUSTER_NAME: cluster_name})
     for key, value in ((L.NODEPOOL, nodepool), (NODECLAIM, nodeclaim), (L.EC2NODECLASS, nodeclass),
                        (L.REGION, region)):
         if value is not None:
             tags[key] = value
-    if nodeclaim is not None:
-        tags.setdefault("Name", nodeclaim)
     return tags
 
 
