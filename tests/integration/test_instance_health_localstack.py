@@ -97,7 +97,10 @@ def test_impaired_instances_are_terminated_and_scheduled_events_drained(world, k
         for name in (broken, retiring, flaky):
             kc.patch(R.NODECLAIMS, name, {"metadata": {"finalizers": None}})
     # Karpenter's InstanceUnhealthy event on both NodeClaims (none for the one under the threshold)
-    named = wait_for("the InstanceUnhealthy events", lambda: (
-        names := {e["involvedObject"]["name"] for e in kc.list(R.EVENTS, namespace="default")[0]
-                  if e.get("reason") == "InstanceUnhealthy"}) >= {broken, retiring} and names)
+    def unhealthy() -> set[str] | None:
+        names = {str(e["involvedObject"]["name"]) for e in kc.list(R.EVENTS, namespace="default")[0]
+                 if e.get("reason") == "InstanceUnhealthy"}
+        return names if names >= {broken, retiring} else None
+
+    named = wait_for("the InstanceUnhealthy events", unhealthy)
     assert flaky not in named
