@@ -21,7 +21,8 @@ from controller.termination.controller import Terminator
 KARPENTER = {
     "karpenter_nodeclaims_created_total": ("counter", {"reason", "nodepool", "min_values_relaxed"}),
     "karpenter_nodeclaims_terminated_total": ("counter", {"nodepool", "capacity_type", "zone"}),
-    "karpenter_nodeclaims_disrupted_total": ("counter", {"reason", "nodepool", "capacity_type"}),
+    "karpenter_nodeclaims_disrupted_total": ("counter", {"reason", "nodepool", "capacity_type", "consolidation_policy",
+                                                      "termination_mode"}),
     "karpenter_nodes_created_total": ("counter", {"nodepool", "zone"}),
     "karpenter_nodes_terminated_total": ("counter", {"nodepool", "zone"}),
     "karpenter_nodes_drained_total": ("counter", {"nodepool"}),
