@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from kubernetes import watch
+from kubernetes import client, watch
 
 from controller.disruption.queue import REPLACEMENT_OF
 from tests.e2e.conftest import World, nodepool_name
@@ -93,16 +93,37 @@ def watch_rollout(world: World, ns: str, app: str, pool: str) -> Watched:
         seen.max_disrupting = max(seen.max_disrupting, len(disrupting_nodes | set(deleting_claims.values())))
 
     def follow(list_fn: Callable[..., Any], on: Callable[[str, Any], None], **kw: Any) -> None:
+        """List once (the state before any event), then watch on from that resourceVersion; relist on 410."""
+        rv = ""
         while not seen._stop.is_set():
+            if not rv:
+                listed = list_fn(**kw)
+                items = listed["items"] if isinstance(listed, dict) else listed.items
+                with lock:
+                    for obj in items:
+                        on("ADDED", obj)
+                    count()
+                rv = listed["metadata"]["resourceVersion"] if isinstance(listed, dict) else \
+                    listed.metadata.resource_version
             w = watch.Watch()
             try:
-                for ev in w.stream(list_fn, timeout_seconds=5, **kw):
+                for ev in w.stream(list_fn, resource_version=rv, timeout_seconds=5, **kw):
+                    obj = ev["object"]
+                    if ev["type"] == "ERROR":  # e.g. 410 Gone as an event: list again
+                        rv = ""
+                        break
+                    rv = obj["metadata"]["resourceVersion"] if isinstance(obj, dict) else \
+                        obj.metadata.resource_version
                     with lock:
-                        on(ev["type"], ev["object"])
+                        on(ev["type"], obj)
                         count()
                     if seen._stop.is_set():
                         break
-            except Exception as e:  # a dropped watch is followed again
+            except client.ApiException as e:
+                if e.status == 410:
+                    rv = ""
+                seen.errors.append(str(e)[:200])
+            except Exception as e:  # a dropped watch is followed again from where it was
                 seen.errors.append(str(e)[:200])
             finally:
                 w.stop()
@@ -140,7 +161,7 @@ def watch_rollout(world: World, ns: str, app: str, pool: str) -> Watched:
 # ---- consolidation ---------------------------------------------------------------------------------------------
 
 def test_scale_down_consolidates_onto_at_most_two_nodeclaims(world: World, kubelet, start_controller):
-    pool = pool_with(world, "scale", LARGE_ONLY)
+    pool = pool_with(world, "scale", LARGE_ONLY, budget="100%")  # Karpenter's default 10% takes one node a pass
     ns = world.namespace()
     controller = start_controller()
     world.deployment(ns, "web", 20, pool, cpu="700m")  # two to an m5.large
@@ -149,7 +170,8 @@ def test_scale_down_consolidates_onto_at_most_two_nodeclaims(world: World, kubel
     scale(world, ns, "web", 2)
     wait_for("at most 2 NodeClaims", lambda: len(world.nodeclaims(pool)) <= 2, timeout=170)
     wait_for("both pods Ready", lambda: len(ready_pods(world, ns, "web")) == 2, timeout=60)
-    assert not tainted_nodes(world, pool)
+    wait_for("no node left tainted", lambda: not tainted_nodes(world, pool) and len(world.nodeclaims(pool)) <= 2,
+             timeout=90)
     assert "disrupting node(s)" in controller.messages()
     assert "command succeeded" in controller.messages()
 
@@ -192,8 +214,7 @@ def test_template_change_replaces_every_nodeclaim_within_budgets(world: World, k
         "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "db"}}}})
     wait_for("the PDB counts 3 healthy", lambda: (world.custom.get_namespaced_custom_object(
         *PDBS, ns, "poddisruptionbudgets", "db").get("status") or {}).get("currentHealthy") == 3, timeout=60)
-    old = {c["metadata"]["name"] for c in world.nodeclaims(pool)}
-    assert len(old) == 3
+    old = {c["metadata"]["name"] for c in world.nodeclaims(pool)}  # a replacement in flight may make it 4
     seen = watch_rollout(world, ns, "db", pool)
     try:
         world.custom.patch_cluster_custom_object("karpenter.sh", "v1", "nodepools", pool, {"spec": {"template": {
