@@ -294,7 +294,8 @@ def _disruption(settings: Settings, cluster: Cluster, client: KubeClient, provis
 
     options = Options(spot_to_spot=settings.feature_gates.get("SpotToSpotConsolidation", False),
                       many_to_many=settings.feature_gates.get(GATE_N_TO_M, False),
-                      preference_policy=settings.preference_policy, min_values_policy=settings.min_values_policy)
+                      preference_policy=settings.preference_policy, min_values_policy=settings.min_values_policy,
+                      ignore_dra_requests=settings.ignore_dra_requests)
     return DisruptionController(cluster, provisioner, recorder, DisruptionQueue(cluster, client, recorder),
                                 is_leader, options=options)
 

@@ -255,7 +255,7 @@ def load(documents: list[Document], catalog: str = "aws-us-east-1", now: float |
     pod_source = {id(p): ref for p, ref in zip(sim.pending_pods, sim.pending_refs, strict=True)}
     for p in pods:
         try:
-            inputs.scheduling_pod(p, sim.volumes)
+            inputs.scheduling_pod(p, sim.volumes, sim.namespaces)
         except inputs.InputError as e:
             where = pod_source.get(id(p))
             raise DisruptionInputError(f"{where}: {e}" if where else str(e)) from None
@@ -275,7 +275,7 @@ def load(documents: list[Document], catalog: str = "aws-us-east-1", now: float |
                      "they select, as the disruption controller would")
     snapshot = Snapshot(now=time.time() if now is None else now, nodeclaims=claims,
                         nodes=[d.raw for d in sim.nodes], pods=pods, pdbs=pdbs, daemonsets=daemonsets,
-                        volumes=sim.volumes)
+                        volumes=sim.volumes, namespace_labels=sim.namespaces)
     out = DisruptionInput(snapshot=snapshot, catalog=cat, notes=notes, nodeclass_given=bool(classes))
     if not classes and pools:
         out.notes.append("no EC2NodeClass given: NodePools are assumed ready, with default kubelet settings")

@@ -265,7 +265,7 @@ def _place(world: _World, pods: list[Obj], options: Options) -> None:
     for node in snap.nodes:
         name = documents.name_of(node)
         try:
-            held = [inputs.scheduling_pod(p, snap.volumes) for p in bound.get(name, [])]
+            held = [inputs.scheduling_pod(p, snap.volumes, snap.namespace_labels) for p in bound.get(name, [])]
             existing.append(inputs.existing_node(node, held, nodeclaim=claim_of.get(name)))
         except inputs.InputError:
             continue  # checked when the input was read; a node the scheduler cannot read takes no pods
@@ -277,7 +277,7 @@ def _place(world: _World, pods: list[Obj], options: Options) -> None:
         except inputs.InputError:
             continue
     daemons = [inputs.daemonset_pod(d) for d in snap.daemonsets]
-    sched = [inputs.scheduling_pod(p, snap.volumes) for p in pods]
+    sched = [inputs.scheduling_pod(p, snap.volumes, snap.namespace_labels) for p in pods]
     by_key = {f"{(p.get('metadata') or {}).get('namespace') or 'default'}/{documents.name_of(p)}": p for p in pods}
     result = solve(pools, existing, daemons, sched, options.preference_policy, options.min_values_policy)
     placed: dict[str, str] = {}

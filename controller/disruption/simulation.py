@@ -107,7 +107,7 @@ def build(snapshot: Snapshot, cands: CandidateSet, options: Options) -> Simulati
         if not isinstance(raw, dict):
             continue
         try:
-            sim.pods[_pod_key(raw)] = inputs.scheduling_pod(raw, snapshot.volumes)
+            sim.pods[_pod_key(raw)] = inputs.scheduling_pod(raw, snapshot.volumes, snapshot.namespace_labels)
         except inputs.InputError as e:
             sim.pod_errors[_pod_key(raw)] = str(e)[:300]
     usage = inputs.nodepool_usage([s.node for s in cands.all_nodes if s.node is not None])
@@ -119,11 +119,17 @@ def build(snapshot: Snapshot, cands: CandidateSet, options: Options) -> Simulati
                                               snapshot.nodepool_not_ready.get(name, "")))
         except inputs.InputError as e:
             sim.errors.append(str(e)[:300])
-    for ds in snapshot.daemonsets:
-        try:
-            sim.daemonsets.append(inputs.daemonset_pod(ds))
-        except inputs.InputError as e:
-            sim.errors.append(str(e)[:300])
+    # the DaemonSet overhead as the provisioner sizes it: each DaemonSet's newest live pod, else its template
+    by_owner: dict[str, list[Obj]] = {}
+    for raw in snapshot.pods:
+        for ref in (raw.get("metadata") or {}).get("ownerReferences") or []:
+            if isinstance(ref, dict) and ref.get("kind") == "DaemonSet" and ref.get("controller") and ref.get("uid"):
+                by_owner.setdefault(str(ref["uid"]), []).append(raw)
+    sim.daemonsets, unreadable = inputs.daemonset_pods(
+        snapshot.daemonsets,
+        lambda ds: inputs.newest_daemonset_pod(by_owner.get(str((ds.get("metadata") or {}).get("uid") or ""), [])),
+        options.ignore_dra_requests)
+    sim.errors.extend(unreadable)
     alloc_by_type: dict[str, dict[str, int]] = {}
     for types in snapshot.instance_types.values():
         for it in types:

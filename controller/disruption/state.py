@@ -40,4 +40,6 @@ def build_snapshot(cluster: Cluster, provisioner: Provisioner, held: set[str],
         instance_types={p.name: p.instance_types for p in pools},
         nodepool_not_ready={p.name: p.not_ready_reason for p in pools if p.not_ready_reason},
         disrupting=disrupting(cluster, held),
+        volumes=cluster.volume_topology(),
+        namespace_labels=cluster.namespace_labels(),
     )

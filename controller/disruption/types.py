@@ -47,6 +47,7 @@ class Options:
     many_to_many: bool = False  # karpy gate ManyToManyConsolidation
     preference_policy: str = "Respect"
     min_values_policy: str = "Strict"
+    ignore_dra_requests: bool = True  # IGNORE_DRA_REQUESTS: DaemonSets that claim devices add no overhead
     multi_node_timeout: float = 60.0  # seconds; the best command found so far is returned
     single_node_timeout: float = 180.0
     clock: Callable[[], float] = time.monotonic  # for the timeouts only (budgets and ages use Snapshot.now)
@@ -74,6 +75,7 @@ class Snapshot:
     instance_types: dict[str, list[InstanceType]] = field(default_factory=dict)
     nodepool_not_ready: dict[str, str] = field(default_factory=dict)
     volumes: VolumeTopology | None = None
+    namespace_labels: dict[str, dict[str, str]] | None = None  # by Namespace name: resolves namespaceSelectors
     drifted: dict[str, str] = field(default_factory=dict)
     disrupting: set[str] = field(default_factory=set)
 

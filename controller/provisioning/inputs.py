@@ -9,7 +9,7 @@ the object and the field at fault; nothing here mutates its input.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from controller.api import labels as L
@@ -242,6 +242,32 @@ def template_pod(owner: dict[str, Any], template: Any, name: str, path: str = "s
         "uid": meta.get("uid") or f"{kind}/{meta.get('namespace') or 'default'}/{meta.get('name')}",
         "controller": True}]
     return {"apiVersion": "v1", "kind": "Pod", "metadata": pod_meta, "spec": copy.deepcopy(template["spec"])}
+
+
+def newest_daemonset_pod(pods: Iterable[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """Of a DaemonSet's pods, the newest that is not terminal (the one whose requests size the overhead)."""
+    live = [p for p in pods if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
+    newest = max(live, key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp") or ""), default=None)
+    return dict(newest) if newest is not None else None
+
+
+def daemonset_pods(daemonsets: Iterable[dict[str, Any]], live: Callable[[dict[str, Any]], dict[str, Any] | None],
+                   ignore_dra_requests: bool = True) -> tuple[list[Pod], list[str]]:
+    """Every DaemonSet's per-node pod (its newest live pod from `live`, else its template), as the provisioner and
+    the disruption simulation both size the overhead; DaemonSets that claim devices are left out while DRA requests
+    are ignored, as Karpenter leaves them out. Returns the pods and the DaemonSets that could not be read."""
+    pods: list[Pod] = []
+    errors: list[str] = []
+    for ds in daemonsets:
+        pod = live(ds)
+        template = (ds.get("spec") or {}).get("template") if isinstance(ds.get("spec"), dict) else None
+        if ignore_dra_requests and has_dra_requirements(pod or (template if isinstance(template, dict) else {})):
+            continue
+        try:
+            pods.append(daemonset_pod(ds, pod))
+        except InputError as e:
+            errors.append(str(e)[:300])
+    return pods, errors
 
 
 def daemonset_pod(daemonset: dict[str, Any], live: dict[str, Any] | None = None) -> Pod:

@@ -75,12 +75,6 @@ def _obj_ref(obj: dict[str, Any]) -> dict[str, str]:
     return {"namespace": str(meta.get("namespace") or ""), "name": str(meta.get("name") or "")}
 
 
-def _template_of(daemonset: dict[str, Any]) -> dict[str, Any]:
-    """A DaemonSet's pod template (empty when it has none)."""
-    template = (daemonset.get("spec") or {}).get("template")
-    return template if isinstance(template, dict) else {}
-
-
 def min_values_relaxed(nodepool: dict[str, Any], options: list[InstanceType]) -> bool:
     """Whether a NodeClaim's instance-type options fall short of a minValues of its NodePool's requirements."""
     tspec = (((nodepool.get("spec") or {}).get("template") or {}).get("spec") or {})
@@ -437,15 +431,10 @@ class Provisioner:
             M.UNSCHEDULABLE_PODS.labels(controller="provisioner").set(len(results.unschedulable))
             return results
         pools, manifests = self.node_pools()
-        daemonsets = []
-        for ds in self.cluster.daemonsets():
-            live = self.cluster.daemonset_pod(ds)
-            if self.ignore_dra_requests and inputs.has_dra_requirements(live or _template_of(ds)):
-                continue  # Karpenter leaves DaemonSets that claim devices out of the overhead
-            try:
-                daemonsets.append(inputs.daemonset_pod(ds, live))
-            except inputs.InputError as e:
-                log.debug("ignoring daemonset", extra={"controller": "provisioner", "error": str(e)[:300]})
+        daemonsets, unreadable = inputs.daemonset_pods(self.cluster.daemonsets(), self.cluster.daemonset_pod,
+                                                       self.ignore_dra_requests)
+        for error in unreadable:
+            log.debug("ignoring daemonset", extra={"controller": "provisioner", "error": error})
         log.debug("computing scheduling decision for provisionable pod(s)",
                   extra={"controller": "provisioner", "pending-pods": len(pending),
                          "deleting-pods": len(raw_pods) - len(pending), "nodepools": len(pools),

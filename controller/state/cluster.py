@@ -357,8 +357,9 @@ class Cluster:
             return None
         with self._lock:
             keys = list(self._pods_by_daemonset.get(uid, ()))
-        pods = [p for p in (self.pods_informer.get(k) for k in keys) if p is not None and not is_terminal(p)]
-        return max(pods, key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp") or ""), default=None)
+        from controller.provisioning.inputs import newest_daemonset_pod
+
+        return newest_daemonset_pod(p for p in (self.pods_informer.get(k) for k in keys) if p is not None)
 
     def namespace_labels(self) -> dict[str, dict[str, str]]:
         """Every namespace's labels, by name (for pod affinity terms' namespaceSelector)."""
