@@ -25,7 +25,7 @@ from controller.kube.client import KubeClient
 from controller.kube.events import Recorder
 from controller.kube.informer import Informer
 from controller.kube.leaderelection import LeaderElector
-from controller.kube.workqueue import Controller
+from controller.kube.workqueue import Controller, linear_scale_reconciles
 from controller.settings import Settings
 from controller.state.cluster import Cluster, provider_id
 
@@ -127,11 +127,15 @@ def wire(settings: Settings, client: KubeClient, cloud: CloudProvider, aws: Any,
     lifecycle = LifecycleController(cluster, client, cloud, recorder, on_deleted=provisioner.trigger)
     terminator = Terminator(client, cluster, cloud, recorder)
     nodepools = NodePoolStatusController(cluster, client)
-    c_lifecycle = Controller("nodeclaim.lifecycle", lifecycle.reconcile, workers=4, queue=lifecycle_queue(),
+    # worker threads scale with CPU_REQUESTS by Karpenter's LinearScaleReconciles, between karpy's own bounds (a
+    # thread per worker: Karpenter's goroutine counts, 100-5000, are not threads a Python process should run)
+    workers = linear_scale_reconciles(settings.cpu_requests, 4, 64)
+    c_lifecycle = Controller("nodeclaim.lifecycle", lifecycle.reconcile, workers=workers, queue=lifecycle_queue(),
                              recorder=recorder, lookup=cluster.nodeclaim)
-    c_claim_term = Controller("nodeclaim.termination", terminator.reconcile_nodeclaim, workers=4, recorder=recorder,
+    c_claim_term = Controller("nodeclaim.termination", terminator.reconcile_nodeclaim, workers=workers,
+                              recorder=recorder,
                               lookup=cluster.nodeclaim)
-    c_node_term = Controller("node.termination", terminator.reconcile_node, workers=4, recorder=recorder,
+    c_node_term = Controller("node.termination", terminator.reconcile_node, workers=workers, recorder=recorder,
                              lookup=cluster.node)
     c_nodepool = Controller("nodepool.status", nodepools.reconcile, workers=1, recorder=recorder,
                             lookup=cluster.nodepool)

@@ -367,6 +367,8 @@ SPECS: tuple[Spec, ...] = (
     Spec("ISOLATED_VPC", "isolated_vpc", parse_bool, False,
          "Assume AWS services without a VPC endpoint (the Pricing API) are unreachable.", bool_flag=True,
          show=_show_bool),
+    Spec("CPU_REQUESTS", "cpu_requests", _positive_int, 1000,
+         "The CPU requests of the controller's container in millicores; reconcile worker counts scale with it."),
     Spec("KUBE_CLIENT_QPS", "kube_client_qps", _positive_int, 200, "The smoothed rate of queries to kube-apiserver."),
     Spec("KUBE_CLIENT_BURST", "kube_client_burst", _positive_int, 300,
          "The maximum burst of queries to kube-apiserver."),
@@ -410,6 +412,7 @@ class Settings:
     vm_memory_overhead_percent: float = 0.075
     reserved_enis: int = 0
     isolated_vpc: bool = False
+    cpu_requests: int = 1000
     kube_client_qps: int = 200
     kube_client_burst: int = 300
     aws_region: str = ""
