@@ -76,15 +76,15 @@ class StandIn:
     counts Events."""
 
     def __init__(self) -> None:
-        self._initial: dict[str, list[Obj]] = {}
-        self._watch: dict[str, queue.Queue[tuple[str, Obj]]] = {}
+        self._initial: dict[str, list[bytes]] = {}
+        self._watch: dict[str, queue.Queue[tuple[str, bytes]]] = {}
         self._rv = 0
         self._lock = threading.Lock()
         self.closed = threading.Event()
         self.events = 0
         self.on_nodeclaim: Any = None  # called with each created NodeClaim
 
-    def _q(self, plural: str) -> queue.Queue[tuple[str, Obj]]:
+    def _q(self, plural: str) -> queue.Queue[tuple[str, bytes]]:
         with self._lock:
             return self._watch.setdefault(plural, queue.Queue())
 
@@ -97,27 +97,28 @@ class StandIn:
     def seed(self, res: R.Resource, obj: Obj) -> None:
         """An object the first list returns."""
         obj["metadata"]["resourceVersion"] = self.rv()
-        self._initial.setdefault(res.plural, []).append(obj)
+        self._initial.setdefault(res.plural, []).append(json.dumps(obj).encode())
 
     def send(self, res: R.Resource, event: str, obj: Obj) -> None:
         """An event the watch delivers."""
         obj["metadata"]["resourceVersion"] = self.rv()
-        self._q(res.plural).put((event, obj))
+        self._q(res.plural).put((event, json.dumps(obj).encode()))
 
     def list(self, res: R.Resource, namespace: str | None = None, label_selector: str | None = None,
              field_selector: str | None = None) -> tuple[list[Obj], str]:
-        """The seeded objects, once."""
-        return self._initial.pop(res.plural, []), "1"
+        """The seeded objects, once (decoded here, as the client decodes a list)."""
+        return [json.loads(raw) for raw in self._initial.pop(res.plural, [])], "1"
 
     def watch(self, res: R.Resource, resource_version: str, timeout_seconds: int = 300,
               namespace: str | None = None) -> Iterator[tuple[str, Obj]]:
-        """Queued events until closed."""
+        """Queued events until closed, decoded here as the client decodes a watch stream (the informer's thread)."""
         q = self._q(res.plural)
         while not self.closed.is_set():
             try:
-                yield q.get(timeout=0.5)
+                event, raw = q.get(timeout=0.5)
             except queue.Empty:
                 continue
+            yield event, json.loads(raw)
 
     def create(self, res: R.Resource, body: Obj, namespace: str | None = None) -> Obj:
         """NodeClaims get a name and go out on the watch; Events are counted and dropped."""
@@ -133,7 +134,7 @@ class StandIn:
         body.setdefault("apiVersion", res.api_version)
         if self.on_nodeclaim is not None:
             self.on_nodeclaim(body)
-        self.send(res, "ADDED", json.loads(json.dumps(body)))
+        self.send(res, "ADDED", body)
         return body
 
 
@@ -142,18 +143,42 @@ def pod(name: str, app: str, node: str = "", cpu: str = "250m", memory: str = "2
     cond = ({"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-01-01T00:00:01Z"} if node else
             {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
              "message": "0/1 nodes are available", "lastTransitionTime": "2026-01-01T00:00:01Z"})
-    spec: Obj = {"containers": [{"name": "app", "image": "registry.example/app:1",
-                                 "resources": {"requests": {"cpu": cpu, "memory": memory}}}],
+    # what a Deployment's pod carries in a real cluster: env, probes, mounts, the service-account token volume,
+    # kubectl's last-applied annotation and managed fields
+    container = {"name": "app", "image": f"registry.example/{app}:1.2.3", "imagePullPolicy": "IfNotPresent",
+                 "command": ["/bin/server"], "args": ["--port=8080", "--log-level=info"],
+                 "env": [{"name": f"SETTING_{k}", "value": f"value-{k}-{app}"} for k in range(8)],
+                 "ports": [{"name": "http", "containerPort": 8080, "protocol": "TCP"}],
+                 "resources": {"requests": {"cpu": cpu, "memory": memory}, "limits": {"memory": memory}},
+                 "readinessProbe": {"httpGet": {"path": "/ready", "port": 8080, "scheme": "HTTP"},
+                                    "periodSeconds": 10, "timeoutSeconds": 1},
+                 "livenessProbe": {"httpGet": {"path": "/live", "port": 8080, "scheme": "HTTP"},
+                                   "periodSeconds": 10, "timeoutSeconds": 1},
+                 "volumeMounts": [{"name": "kube-api-access", "readOnly": True,
+                                   "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}],
+                 "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File"}
+    spec: Obj = {"containers": [container],
+                 "volumes": [{"name": "kube-api-access", "projected": {"defaultMode": 420, "sources": [
+                     {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                     {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}}]}}],
                  "restartPolicy": "Always", "schedulerName": "default-scheduler", "terminationGracePeriodSeconds": 30,
+                 "serviceAccountName": "default", "dnsPolicy": "ClusterFirst", "enableServiceLinks": True,
                  "tolerations": [{"key": "node.kubernetes.io/not-ready", "operator": "Exists",
                                   "effect": "NoExecute", "tolerationSeconds": 300}]}
     if node:
         spec["nodeName"] = node
+    applied = json.dumps({"kind": "Deployment", "metadata": {"name": app}, "spec": {"template": {"spec": {
+        "containers": [{k: container[k] for k in ("name", "image", "env", "resources")}]}}}})
     return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": "load", "uid": f"uid-{name}", "labels": {"app": app},
-                         "creationTimestamp": "2026-01-01T00:00:00Z",
+            "metadata": {"name": name, "namespace": "load", "uid": f"uid-{name}",
+                         "labels": {"app": app, "pod-template-hash": "5d8f9c7b6"},
+                         "annotations": {"kubectl.kubernetes.io/last-applied-configuration": applied},
+                         "creationTimestamp": "2026-01-01T00:00:00Z", "generateName": f"{app}-5d8f9c7b6-",
                          "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": f"{app}-rs",
-                                              "uid": f"rs-{app}", "controller": True}]},
+                                              "uid": f"rs-{app}", "controller": True, "blockOwnerDeletion": True}],
+                         "managedFields": [{"manager": "kube-controller-manager", "operation": "Update",
+                                            "apiVersion": "v1", "fieldsType": "FieldsV1",
+                                            "fieldsV1": {"f:metadata": {"f:labels": {"f:app": {}}}}}]},
             "spec": spec,
             "status": {"phase": "Running" if node else "Pending", "conditions": [cond],
                        "qosClass": "Burstable"}}
@@ -342,6 +367,7 @@ def run(pods: int, nodes: int, churn_minutes: float, churn_per_minute: int, idle
     arrived = time.monotonic() - sent
     ok = wait_for(lambda: not w.recorder.waiting, max(120.0, pods / 100), w.stop)
     nominated = w.recorder.last_nominated - sent if ok else float("nan")
+    wait_for(lambda: bool(w.passes), 60.0, w.stop)  # the pass that nominated the last pod has returned
     burst_passes = list(w.passes)
     # the binder settles the burst before the churn starts
     wait_for(lambda: w.binds.empty() and not w.cluster.has_provisionable_pods(), 120.0, w.stop)
