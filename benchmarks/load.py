@@ -6,21 +6,24 @@
 What runs is the controller's own code, in this process: the Cluster's informers (their list+watch threads, the
 compact pod transform, the indexes), the Provisioner with its Batcher, its run loop and its 10 s requeue loop, the
 event Recorder and the in-memory cloud (CLOUD_PROVIDER=fake's). The apiserver is an in-process stand-in that serves
-list and watch from queues and keeps no copy of the pods or nodes it sends, so the process's RSS is the controller's
-(plus the stand-in's few bytes of bookkeeping per pod); the real control plane would need minutes of CPU to hold 25k
+list and watch from queues of encoded JSON, decoded in the informers' threads as the client decodes a watch stream,
+and keeps no decoded copy of what it sends, so the process's RSS is the controller's (plus the stand-in's few bytes of
+bookkeeping per pod). Not `karpy controller` as a process: the real control plane would need minutes of CPU to hold 25k
 pods and 5k nodes on this shared 2-core machine, and its etcd and apiserver would compete with the controller for the
 cores whose time is being measured. A kube-scheduler stand-in binds each pod where the Nominated event says, and
 turns a NodeClaim into a registered Node (as the lifecycle and kubelet would) when a pod is nominated onto it.
 
-The world: N existing Karpenter nodes (m5.large, each with its NodeClaim and one bound 1-CPU pod, so about three more
-250m pods fit on each), then P pending pods (10 workloads of 250m/256Mi) arriving at once; some fit the existing
-nodes, the rest need new NodeClaims. Then C pods churned per minute (the oldest bound pods deleted, as many new pending
-ones created, in 10 steps a minute) for --churn-minutes.
+The world: N existing Karpenter nodes (m5.large, each with its NodeClaim and one bound 1-CPU pod, so about three
+more 250m pods fit on each), then P pending pods (10 workloads of 250m/256Mi, each pod carrying what a Deployment's
+pod carries: env, probes, mounts, the token volume, kubectl's last-applied annotation) arriving at once; some fit the
+existing nodes, the rest need new NodeClaims. Then C pods churned per minute (the oldest bound pods deleted, as many
+new pending ones created, in 10 steps a minute) for --churn-minutes.
 
 Printed: nominatedSeconds (from the first pod of the burst sent to the last one's Nominated event), its target
-(<= 30 s), the longest provisioning pass and the ratio between them; baselineRssMiB (the controller's code imported,
-no objects), peakRssMiB (VmHWM) against its target (<= 500 MiB) and perObjectKiB; over the churn, rssStartMiB,
-rssEndMiB, rssDriftPercent (end against start, target within +-10 %), and the longest pass during churn.
+(<= 30 s), the longest provisioning pass and the ratio between them (the baseline: the pass's own share);
+baselineRssMiB (the controller's code imported, no objects), peakRssMiB (VmHWM) against its target (<= 500 MiB) and
+perObjectKiB; over the churn, rssStartMiB, rssEndMiB, rssDriftPercent (end against start, target within +-10 %),
+and the longest pass during churn.
 """
 
 from __future__ import annotations
