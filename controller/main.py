@@ -143,7 +143,10 @@ def wire(settings: Settings, client: KubeClient, cloud: CloudProvider, aws: Any,
     if aws is not None:
         from controller.nodeclass.status import NodeClassController
 
-        nodeclasses = NodeClassController(cluster=cluster, client=client, provider=cloud, recorder=recorder)
+        # one pass resolves AMIs and subnets together: it runs as often as the more frequent of the two asks
+        nodeclasses = NodeClassController(cluster=cluster, client=client, provider=cloud, recorder=recorder,
+                                          refresh_seconds=min(settings.ami_refresh_interval,
+                                                              settings.subnet_refresh_interval))
         c_nodeclass = Controller("nodeclass.status", nodeclasses.reconcile, workers=1, recorder=recorder,
                                  lookup=cluster.nodeclass)
     else:

@@ -246,6 +246,14 @@ def _percent(text: str) -> float:
     return value
 
 
+def _refresh_interval(text: str) -> float:
+    """AMI_REFRESH_INTERVAL / SUBNET_REFRESH_INTERVAL: a Go duration of at least 1m, as Karpenter validates them."""
+    value = _duration(text)
+    if value < 60:
+        raise ValueError("must be at least 1m")
+    return value
+
+
 def _ignore_dra(text: str) -> bool:
     """IGNORE_DRA_REQUESTS: true (Karpenter's default) refuses pods that claim devices; false asks Karpenter to
     simulate device allocation over ResourceSlices, which karpy does not do, so it is refused at start."""
@@ -367,6 +375,11 @@ SPECS: tuple[Spec, ...] = (
     Spec("ISOLATED_VPC", "isolated_vpc", parse_bool, False,
          "Assume AWS services without a VPC endpoint (the Pricing API) are unreachable.", bool_flag=True,
          show=_show_bool),
+    Spec("AMI_REFRESH_INTERVAL", "ami_refresh_interval", _refresh_interval, 60.0,
+         "How often EC2NodeClass AMIs are resolved again from EC2 (Go duration, at least 1m).", show=format_duration),
+    Spec("SUBNET_REFRESH_INTERVAL", "subnet_refresh_interval", _refresh_interval, 60.0,
+         "How often EC2NodeClass subnets are resolved again from EC2 (Go duration, at least 1m).",
+         show=format_duration),
     Spec("CPU_REQUESTS", "cpu_requests", _positive_int, 1000,
          "The CPU requests of the controller's container in millicores; reconcile worker counts scale with it."),
     Spec("KUBE_CLIENT_QPS", "kube_client_qps", _positive_int, 200, "The smoothed rate of queries to kube-apiserver."),
@@ -412,6 +425,8 @@ class Settings:
     vm_memory_overhead_percent: float = 0.075
     reserved_enis: int = 0
     isolated_vpc: bool = False
+    ami_refresh_interval: float = 60.0
+    subnet_refresh_interval: float = 60.0
     cpu_requests: int = 1000
     kube_client_qps: int = 200
     kube_client_burst: int = 300
