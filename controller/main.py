@@ -165,6 +165,16 @@ def wire(settings: Settings, client: KubeClient, cloud: CloudProvider, aws: Any,
                               lookup=cluster.nodepool)
         rt.controllers.append(c_static)
 
+    c_health: Controller | None = None
+    if settings.feature_gate("NodeRepair"):
+        from controller.cloud.repair import AWS_REPAIR_POLICIES
+        from controller.nodehealth.controller import NodeHealthController
+
+        health = NodeHealthController(cluster, client, recorder, AWS_REPAIR_POLICIES)
+        c_health = Controller("node.health", health.reconcile, workers=linear_scale_reconciles(
+            settings.cpu_requests, 1, 16), recorder=recorder, lookup=cluster.node)
+        rt.controllers.append(c_health)
+
     def on_nodeclaim(event: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
         obj = new if new is not None else old
         if obj is None:
@@ -199,6 +209,8 @@ def wire(settings: Settings, client: KubeClient, cloud: CloudProvider, aws: Any,
             return
         if obj["metadata"].get("deletionTimestamp"):
             c_node_term.queue.add(obj["metadata"]["name"])
+        elif c_health is not None:
+            c_health.queue.add(obj["metadata"]["name"])
         if _going_away(obj) and (old is None or not _going_away(old)):
             provisioner.trigger()  # its pods are rescheduled now, while it drains
         claim = cluster.nodeclaim_for_provider_id(provider_id(obj))

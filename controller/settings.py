@@ -44,7 +44,6 @@ FEATURE_GATE_DEFAULTS: dict[str, bool] = {
 # Karpenter's gates whose feature karpy's controller does not have: enabling one is refused when the controller starts
 # (--check-config shows it as a warning), so a gate never silently does nothing
 UNSUPPORTED_FEATURE_GATES: dict[str, str] = {
-    "NodeRepair": "node repair",
     "NodeOverlay": "NodeOverlays",
     "CapacityBuffer": "capacity buffers",
 }

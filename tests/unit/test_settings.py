@@ -392,7 +392,7 @@ def test_refresh_intervals_are_go_durations_of_at_least_a_minute() -> None:
         _resolve({"AMI_REFRESH_INTERVAL": "30s"})
 
 
-@pytest.mark.parametrize("gate", ["NodeRepair", "NodeOverlay", "CapacityBuffer"])
+@pytest.mark.parametrize("gate", ["NodeOverlay", "CapacityBuffer"])
 def test_a_gate_karpy_does_not_implement_is_refused_at_start_in_one_line(tmp_path, gate):
     result = _karpy(["controller"], _env(tmp_path, CLUSTER_NAME="demo", FEATURE_GATES=f"{gate}=true"))
     assert result.returncode == 2, (result.stdout, result.stderr)
@@ -404,7 +404,8 @@ def test_a_gate_karpy_does_not_implement_is_refused_at_start_in_one_line(tmp_pat
     assert result.returncode == 0 and any(gate in line and "not supported" in line
                                           for line in result.stderr.splitlines()), result.stderr
     # set false, or a gate karpy implements, starts as before (it gets past the settings to the runtime)
-    assert unsupported_feature_gates({gate: False, "StaticCapacity": True, "ReservedCapacity": True}) == []
+    assert unsupported_feature_gates({gate: False, "StaticCapacity": True, "ReservedCapacity": True,
+                                      "NodeRepair": True}) == []
 
 
 def test_run_mode_without_the_runtime_says_so_in_one_line(tmp_path):
