@@ -6,21 +6,24 @@
 What runs is the controller's own code, in this process: the Cluster's informers (their list+watch threads, the
 compact pod transform, the indexes), the Provisioner with its Batcher, its run loop and its 10 s requeue loop, the
 event Recorder and the in-memory cloud (CLOUD_PROVIDER=fake's). The apiserver is an in-process stand-in that serves
-list and watch from queues and keeps no copy of the pods or nodes it sends, so the process's RSS is the controller's
-(plus the stand-in's few bytes of bookkeeping per pod); the real control plane would need minutes of CPU to hold 25k
+list and watch from queues of encoded JSON, decoded in the informers' threads as the client decodes a watch stream,
+and keeps no decoded copy of what it sends, so the process's RSS is the controller's (plus the stand-in's few bytes of
+bookkeeping per pod). Not `karpy controller` as a process: the real control plane would need minutes of CPU to hold 25k
 pods and 5k nodes on this shared 2-core machine, and its etcd and apiserver would compete with the controller for the
 cores whose time is being measured. A kube-scheduler stand-in binds each pod where the Nominated event says, and
 turns a NodeClaim into a registered Node (as the lifecycle and kubelet would) when a pod is nominated onto it.
 
-The world: N existing Karpenter nodes (m5.large, each with its NodeClaim and one bound 1-CPU pod, so about three more
-250m pods fit on each), then P pending pods (10 workloads of 250m/256Mi) arriving at once; some fit the existing
-nodes, the rest need new NodeClaims. Then C pods churned per minute (the oldest bound pods deleted, as many new pending
-ones created, in 10 steps a minute) for --churn-minutes.
+The world: N existing Karpenter nodes (m5.large, each with its NodeClaim and one bound 1-CPU pod, so about three
+more 250m pods fit on each), then P pending pods (10 workloads of 250m/256Mi, each pod carrying what a Deployment's
+pod carries: env, probes, mounts, the token volume, kubectl's last-applied annotation) arriving at once; some fit the
+existing nodes, the rest need new NodeClaims. Then C pods churned per minute (the oldest bound pods deleted, as many
+new pending ones created, in 10 steps a minute) for --churn-minutes.
 
 Printed: nominatedSeconds (from the first pod of the burst sent to the last one's Nominated event), its target
-(<= 30 s), the longest provisioning pass and the ratio between them; baselineRssMiB (the controller's code imported,
-no objects), peakRssMiB (VmHWM) against its target (<= 500 MiB) and perObjectKiB; over the churn, rssStartMiB,
-rssEndMiB, rssDriftPercent (end against start, target within +-10 %), and the longest pass during churn.
+(<= 30 s), the longest provisioning pass and the ratio between them (the baseline: the pass's own share);
+baselineRssMiB (the controller's code imported, no objects), peakRssMiB (VmHWM) against its target (<= 500 MiB) and
+perObjectKiB; over the churn, rssStartMiB, rssEndMiB, rssDriftPercent (end against start, target within +-10 %),
+and the longest pass during churn.
 """
 
 from __future__ import annotations
@@ -76,15 +79,15 @@ class StandIn:
     counts Events."""
 
     def __init__(self) -> None:
-        self._initial: dict[str, list[Obj]] = {}
-        self._watch: dict[str, queue.Queue[tuple[str, Obj]]] = {}
+        self._initial: dict[str, list[bytes]] = {}
+        self._watch: dict[str, queue.Queue[tuple[str, bytes]]] = {}
         self._rv = 0
         self._lock = threading.Lock()
         self.closed = threading.Event()
         self.events = 0
         self.on_nodeclaim: Any = None  # called with each created NodeClaim
 
-    def _q(self, plural: str) -> queue.Queue[tuple[str, Obj]]:
+    def _q(self, plural: str) -> queue.Queue[tuple[str, bytes]]:
         with self._lock:
             return self._watch.setdefault(plural, queue.Queue())
 
@@ -97,27 +100,28 @@ class StandIn:
     def seed(self, res: R.Resource, obj: Obj) -> None:
         """An object the first list returns."""
         obj["metadata"]["resourceVersion"] = self.rv()
-        self._initial.setdefault(res.plural, []).append(obj)
+        self._initial.setdefault(res.plural, []).append(json.dumps(obj).encode())
 
     def send(self, res: R.Resource, event: str, obj: Obj) -> None:
         """An event the watch delivers."""
         obj["metadata"]["resourceVersion"] = self.rv()
-        self._q(res.plural).put((event, obj))
+        self._q(res.plural).put((event, json.dumps(obj).encode()))
 
     def list(self, res: R.Resource, namespace: str | None = None, label_selector: str | None = None,
              field_selector: str | None = None) -> tuple[list[Obj], str]:
-        """The seeded objects, once."""
-        return self._initial.pop(res.plural, []), "1"
+        """The seeded objects, once (decoded here, as the client decodes a list)."""
+        return [json.loads(raw) for raw in self._initial.pop(res.plural, [])], "1"
 
     def watch(self, res: R.Resource, resource_version: str, timeout_seconds: int = 300,
               namespace: str | None = None) -> Iterator[tuple[str, Obj]]:
-        """Queued events until closed."""
+        """Queued events until closed, decoded here as the client decodes a watch stream (the informer's thread)."""
         q = self._q(res.plural)
         while not self.closed.is_set():
             try:
-                yield q.get(timeout=0.5)
+                event, raw = q.get(timeout=0.5)
             except queue.Empty:
                 continue
+            yield event, json.loads(raw)
 
     def create(self, res: R.Resource, body: Obj, namespace: str | None = None) -> Obj:
         """NodeClaims get a name and go out on the watch; Events are counted and dropped."""
@@ -133,7 +137,7 @@ class StandIn:
         body.setdefault("apiVersion", res.api_version)
         if self.on_nodeclaim is not None:
             self.on_nodeclaim(body)
-        self.send(res, "ADDED", json.loads(json.dumps(body)))
+        self.send(res, "ADDED", body)
         return body
 
 
@@ -142,18 +146,42 @@ def pod(name: str, app: str, node: str = "", cpu: str = "250m", memory: str = "2
     cond = ({"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-01-01T00:00:01Z"} if node else
             {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
              "message": "0/1 nodes are available", "lastTransitionTime": "2026-01-01T00:00:01Z"})
-    spec: Obj = {"containers": [{"name": "app", "image": "registry.example/app:1",
-                                 "resources": {"requests": {"cpu": cpu, "memory": memory}}}],
+    # what a Deployment's pod carries in a real cluster: env, probes, mounts, the service-account token volume,
+    # kubectl's last-applied annotation and managed fields
+    container = {"name": "app", "image": f"registry.example/{app}:1.2.3", "imagePullPolicy": "IfNotPresent",
+                 "command": ["/bin/server"], "args": ["--port=8080", "--log-level=info"],
+                 "env": [{"name": f"SETTING_{k}", "value": f"value-{k}-{app}"} for k in range(8)],
+                 "ports": [{"name": "http", "containerPort": 8080, "protocol": "TCP"}],
+                 "resources": {"requests": {"cpu": cpu, "memory": memory}, "limits": {"memory": memory}},
+                 "readinessProbe": {"httpGet": {"path": "/ready", "port": 8080, "scheme": "HTTP"},
+                                    "periodSeconds": 10, "timeoutSeconds": 1},
+                 "livenessProbe": {"httpGet": {"path": "/live", "port": 8080, "scheme": "HTTP"},
+                                   "periodSeconds": 10, "timeoutSeconds": 1},
+                 "volumeMounts": [{"name": "kube-api-access", "readOnly": True,
+                                   "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}],
+                 "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File"}
+    spec: Obj = {"containers": [container],
+                 "volumes": [{"name": "kube-api-access", "projected": {"defaultMode": 420, "sources": [
+                     {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                     {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}}]}}],
                  "restartPolicy": "Always", "schedulerName": "default-scheduler", "terminationGracePeriodSeconds": 30,
+                 "serviceAccountName": "default", "dnsPolicy": "ClusterFirst", "enableServiceLinks": True,
                  "tolerations": [{"key": "node.kubernetes.io/not-ready", "operator": "Exists",
                                   "effect": "NoExecute", "tolerationSeconds": 300}]}
     if node:
         spec["nodeName"] = node
+    applied = json.dumps({"kind": "Deployment", "metadata": {"name": app}, "spec": {"template": {"spec": {
+        "containers": [{k: container[k] for k in ("name", "image", "env", "resources")}]}}}})
     return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": "load", "uid": f"uid-{name}", "labels": {"app": app},
-                         "creationTimestamp": "2026-01-01T00:00:00Z",
+            "metadata": {"name": name, "namespace": "load", "uid": f"uid-{name}",
+                         "labels": {"app": app, "pod-template-hash": "5d8f9c7b6"},
+                         "annotations": {"kubectl.kubernetes.io/last-applied-configuration": applied},
+                         "creationTimestamp": "2026-01-01T00:00:00Z", "generateName": f"{app}-5d8f9c7b6-",
                          "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": f"{app}-rs",
-                                              "uid": f"rs-{app}", "controller": True}]},
+                                              "uid": f"rs-{app}", "controller": True, "blockOwnerDeletion": True}],
+                         "managedFields": [{"manager": "kube-controller-manager", "operation": "Update",
+                                            "apiVersion": "v1", "fieldsType": "FieldsV1",
+                                            "fieldsV1": {"f:metadata": {"f:labels": {"f:app": {}}}}}]},
             "spec": spec,
             "status": {"phase": "Running" if node else "Pending", "conditions": [cond],
                        "qosClass": "Burstable"}}
@@ -342,6 +370,7 @@ def run(pods: int, nodes: int, churn_minutes: float, churn_per_minute: int, idle
     arrived = time.monotonic() - sent
     ok = wait_for(lambda: not w.recorder.waiting, max(120.0, pods / 100), w.stop)
     nominated = w.recorder.last_nominated - sent if ok else float("nan")
+    wait_for(lambda: bool(w.passes), 60.0, w.stop)  # the pass that nominated the last pod has returned
     burst_passes = list(w.passes)
     # the binder settles the burst before the churn starts
     wait_for(lambda: w.binds.empty() and not w.cluster.has_provisionable_pods(), 120.0, w.stop)

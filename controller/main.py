@@ -24,7 +24,7 @@ from controller.kube.client import KubeClient
 from controller.kube.events import Recorder
 from controller.kube.informer import Informer
 from controller.kube.leaderelection import LeaderElector
-from controller.kube.workqueue import Controller
+from controller.kube.workqueue import Controller, linear_scale_reconciles
 from controller.settings import Settings
 from controller.state.cluster import Cluster, provider_id
 
@@ -120,11 +120,15 @@ def wire(settings: Settings, client: KubeClient, cloud: CloudProvider, aws: Any,
     disruption = _disruption(settings, cluster, client, provisioner, recorder, is_leader)
     terminator = Terminator(client, cluster, cloud, recorder)
     nodepools = NodePoolStatusController(cluster, client)
-    c_lifecycle = Controller("nodeclaim.lifecycle", lifecycle.reconcile, workers=4, queue=lifecycle_queue(),
+    # worker threads scale with CPU_REQUESTS by Karpenter's LinearScaleReconciles, between karpy's own bounds (a
+    # thread per worker: Karpenter's goroutine counts, 100-5000, are not threads a Python process should run)
+    workers = linear_scale_reconciles(settings.cpu_requests, 4, 64)
+    c_lifecycle = Controller("nodeclaim.lifecycle", lifecycle.reconcile, workers=workers, queue=lifecycle_queue(),
                              recorder=recorder, lookup=cluster.nodeclaim)
-    c_claim_term = Controller("nodeclaim.termination", terminator.reconcile_nodeclaim, workers=4, recorder=recorder,
+    c_claim_term = Controller("nodeclaim.termination", terminator.reconcile_nodeclaim, workers=workers,
+                              recorder=recorder,
                               lookup=cluster.nodeclaim)
-    c_node_term = Controller("node.termination", terminator.reconcile_node, workers=4, recorder=recorder,
+    c_node_term = Controller("node.termination", terminator.reconcile_node, workers=workers, recorder=recorder,
                              lookup=cluster.node)
     c_nodepool = Controller("nodepool.status", nodepools.reconcile, workers=1, recorder=recorder,
                             lookup=cluster.nodepool)
@@ -136,9 +140,12 @@ def wire(settings: Settings, client: KubeClient, cloud: CloudProvider, aws: Any,
     if aws is not None:
         from controller.nodeclass.status import NodeClassController
 
+        # one pass resolves AMIs and subnets together: it runs as often as the more frequent of the two asks
         nodeclasses = NodeClassController(cluster=cluster, client=client, provider=cloud, recorder=recorder,
                                           dry_run=not settings.disable_dry_run,
-                                          reserved_capacity=settings.feature_gates.get("ReservedCapacity", True))
+                                          reserved_capacity=settings.feature_gates.get("ReservedCapacity", True),
+                                          refresh_seconds=min(settings.ami_refresh_interval,
+                                                              settings.subnet_refresh_interval))
         c_nodeclass = Controller("nodeclass.status", nodeclasses.reconcile, workers=1, recorder=recorder,
                                  lookup=cluster.nodeclass)
     else:
@@ -165,6 +172,16 @@ def wire(settings: Settings, client: KubeClient, cloud: CloudProvider, aws: Any,
                                                                       cluster.nodeclaim).reconcile,
                                workers=1, recorder=recorder, lookup=cluster.nodeclaim)
         rt.controllers.append(c_tagging)
+
+    c_health: Controller | None = None
+    if settings.feature_gate("NodeRepair"):
+        from controller.cloud.repair import AWS_REPAIR_POLICIES
+        from controller.nodehealth.controller import NodeHealthController
+
+        health = NodeHealthController(cluster, client, recorder, AWS_REPAIR_POLICIES)
+        c_health = Controller("node.health", health.reconcile, workers=linear_scale_reconciles(
+            settings.cpu_requests, 1, 16), recorder=recorder, lookup=cluster.node)
+        rt.controllers.append(c_health)
 
     def on_nodeclaim(event: str, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
         obj = new if new is not None else old
@@ -202,6 +219,8 @@ def wire(settings: Settings, client: KubeClient, cloud: CloudProvider, aws: Any,
             return
         if obj["metadata"].get("deletionTimestamp"):
             c_node_term.queue.add(obj["metadata"]["name"])
+        elif c_health is not None:
+            c_health.queue.add(obj["metadata"]["name"])
         if _going_away(obj) and (old is None or not _going_away(old)):
             provisioner.trigger()  # its pods are rescheduled now, while it drains
         claim = cluster.nodeclaim_for_provider_id(provider_id(obj))

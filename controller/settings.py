@@ -50,7 +50,6 @@ FEATURE_GATE_DEFAULTS: dict[str, bool] = {
 # Karpenter's gates whose feature karpy's controller does not have: enabling one is refused when the controller starts
 # (--check-config shows it as a warning), so a gate never silently does nothing
 UNSUPPORTED_FEATURE_GATES: dict[str, str] = {
-    "NodeRepair": "node repair",
     "NodeOverlay": "NodeOverlays",
     "CapacityBuffer": "capacity buffers",
 }
@@ -252,6 +251,14 @@ def _percent(text: str) -> float:
     return value
 
 
+def _refresh_interval(text: str) -> float:
+    """AMI_REFRESH_INTERVAL / SUBNET_REFRESH_INTERVAL: a Go duration of at least 1m, as Karpenter validates them."""
+    value = _duration(text)
+    if value < 60:
+        raise ValueError("must be at least 1m")
+    return value
+
+
 def _ignore_dra(text: str) -> bool:
     """IGNORE_DRA_REQUESTS: true (Karpenter's default) refuses pods that claim devices; false asks Karpenter to
     simulate device allocation over ResourceSlices, which karpy does not do, so it is refused at start."""
@@ -376,6 +383,13 @@ SPECS: tuple[Spec, ...] = (
     Spec("DISABLE_DRY_RUN", "disable_dry_run", parse_bool, False,
          "Skip the dry-run validation of EC2NodeClasses (ValidationSucceeded is then set without calling EC2).",
          bool_flag=True, show=_show_bool),
+    Spec("AMI_REFRESH_INTERVAL", "ami_refresh_interval", _refresh_interval, 60.0,
+         "How often EC2NodeClass AMIs are resolved again from EC2 (Go duration, at least 1m).", show=format_duration),
+    Spec("SUBNET_REFRESH_INTERVAL", "subnet_refresh_interval", _refresh_interval, 60.0,
+         "How often EC2NodeClass subnets are resolved again from EC2 (Go duration, at least 1m).",
+         show=format_duration),
+    Spec("CPU_REQUESTS", "cpu_requests", _positive_int, 1000,
+         "The CPU requests of the controller's container in millicores; reconcile worker counts scale with it."),
     Spec("KUBE_CLIENT_QPS", "kube_client_qps", _positive_int, 200, "The smoothed rate of queries to kube-apiserver."),
     Spec("KUBE_CLIENT_BURST", "kube_client_burst", _positive_int, 300,
          "The maximum burst of queries to kube-apiserver."),
@@ -420,6 +434,9 @@ class Settings:
     reserved_enis: int = 0
     isolated_vpc: bool = False
     disable_dry_run: bool = False
+    ami_refresh_interval: float = 60.0
+    subnet_refresh_interval: float = 60.0
+    cpu_requests: int = 1000
     kube_client_qps: int = 200
     kube_client_burst: int = 300
     aws_region: str = ""

@@ -226,7 +226,7 @@ def kube_api(kubeconfig: str) -> Any:
 
     api = config.new_client_from_config(config_file=kubeconfig)
     core = client.CoreV1Api(api)
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 180  # generous: the machine is shared
     while True:
         try:
             core.read_namespace("default")
@@ -257,7 +257,7 @@ def _kube_health(api: Any) -> None:
             "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "health"}},
                      "template": {"metadata": {"labels": {"app": "health"}}, "spec": {"containers": [
                          {"name": "c", "image": "busybox", "resources": {"requests": {"cpu": "640"}}}]}}}})
-        deadline, why = time.monotonic() + 60, "no pod made by the controller-manager"
+        deadline, why = time.monotonic() + 180, "no pod made by the controller-manager"
         while time.monotonic() < deadline:
             pods = core.list_namespaced_pod(ns, label_selector="app=health").items
             if pods:

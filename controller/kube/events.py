@@ -8,7 +8,6 @@ import logging
 import queue
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -57,7 +56,8 @@ class Recorder:
         stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         namespace = meta.get("namespace") or "default"
         event = {"apiVersion": "v1", "kind": "Event",
-                 "metadata": {"name": f"{meta.get('name', 'object')}.{uuid.uuid4().hex[:16]}",
+                 # named as client-go names events (the object's name, the time in hex ns): no entropy to read
+                 "metadata": {"name": f"{meta.get('name', 'object')}.{time.time_ns():x}",
                               "namespace": namespace},
                  "involvedObject": {k: v for k, v in {
                      "apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "name": meta.get("name"),

@@ -20,6 +20,7 @@ from controller.kube.resources import Resource
 log = logging.getLogger("karpy.kube")
 Obj = dict[str, Any]
 Handler = Callable[[str, Obj | None, Obj | None], None]
+IndexFunc = Callable[[Obj], list[str]]
 
 
 def key_of(obj: Obj) -> str:
@@ -54,6 +55,32 @@ class Informer:
         self._handlers: list[Handler] = []
         self._synced = threading.Event()
         self.relists = 0
+        self._index_funcs: dict[str, IndexFunc] = {}
+        self._indexes: dict[str, dict[str, set[str]]] = {}  # index name -> value -> keys (client-go's Indexer)
+
+    def add_index(self, name: str, fn: IndexFunc) -> None:
+        """Index the store by fn(obj) (the values an object is found under), before the informer starts."""
+        self._index_funcs[name] = fn
+        self._indexes[name] = {}
+
+    def by_index(self, name: str, value: str) -> list[Obj]:
+        """The objects fn(obj) maps to value, for the index named."""
+        with self._lock:
+            keys = self._indexes[name].get(value, set())
+            return [self._store[k] for k in keys if k in self._store]
+
+    def _index(self, key: str, old: Obj | None, new: Obj | None) -> None:
+        """Move key from old's index values to new's (with the store lock held)."""
+        for name, fn in self._index_funcs.items():
+            index = self._indexes[name]
+            for value in fn(old) if old is not None else []:
+                keys = index.get(value)
+                if keys is not None:
+                    keys.discard(key)
+                    if not keys:
+                        del index[value]
+            for value in fn(new) if new is not None else []:
+                index.setdefault(value, set()).add(key)
 
     def add_handler(self, fn: Handler) -> None:
         """Call fn(event, old, new) on every change (from the informer's thread)."""
@@ -89,6 +116,7 @@ class Informer:
                 self._store.pop(key, None)
             else:
                 self._store[key] = obj
+            self._index(key, old, None if event == "DELETED" else obj)
         if event == "DELETED":
             self._emit("DELETED", old, None)
         else:
@@ -100,6 +128,10 @@ class Informer:
         with self._lock:
             old_store = self._store
             self._store = dict(fresh)
+            for name in self._indexes:
+                self._indexes[name] = {}
+            for key, obj in fresh.items():
+                self._index(key, None, obj)
         for key, obj in fresh.items():
             old = old_store.get(key)
             if old is None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import heapq
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -21,6 +22,14 @@ from controller.metrics import controller_context
 log = logging.getLogger("karpy.controller")
 PERMANENT_RETRY = 300.0  # seconds before a permanent error is tried again (unless the object changes first)
 CONFLICT_REREADS = 5  # conflicts in a row re-read at once before they back off
+
+
+def linear_scale_reconciles(cpu_requests_millis: int, min_workers: int, max_workers: int) -> int:
+    """Karpenter's LinearScaleReconciles: min_workers at 1 core of CPU_REQUESTS, max_workers at 60 cores, linear
+    between (cores rounded up), clamped."""
+    cores = math.ceil(cpu_requests_millis / 1000.0)
+    slope = (max_workers - min_workers) / 59.0
+    return max(min_workers, min(max_workers, int(slope * (cores - 1)) + min_workers))
 
 
 @dataclass(frozen=True)

@@ -182,6 +182,10 @@ class Cluster:
         self.pvcs_informer = Informer(client, R.PERSISTENTVOLUMECLAIMS, name="persistentvolumeclaims")
         self.pvs_informer = Informer(client, R.PERSISTENTVOLUMES, name="persistentvolumes")
         self.storageclasses_informer = Informer(client, R.STORAGECLASSES, name="storageclasses")
+        # what a draining node's termination waits on, indexed by node (Karpenter's VolumeAttachment field index)
+        self.volumeattachments_informer = Informer(client, R.VOLUMEATTACHMENTS, name="volumeattachments")
+        self.volumeattachments_informer.add_index(
+            "node", lambda va: [str((va.get("spec") or {}).get("nodeName") or "")])
         self._lock = threading.Lock()
         self._pods_by_node: dict[str, set[str]] = defaultdict(set)
         self._pod_node: dict[str, str] = {}
@@ -200,7 +204,8 @@ class Cluster:
         """Every informer, in the order they should start."""
         return [self.nodepools_informer, self.nodeclasses_informer, self.nodeclaims_informer, self.nodes_informer,
                 self.daemonsets_informer, self.pdbs_informer, self.namespaces_informer, self.pvcs_informer,
-                self.pvs_informer, self.storageclasses_informer, self.pods_informer]
+                self.pvs_informer, self.storageclasses_informer, self.volumeattachments_informer,
+                self.pods_informer]
 
     def start(self, stop: threading.Event) -> list[threading.Thread]:
         """Start every informer's list+watch loop."""
@@ -329,6 +334,14 @@ class Cluster:
         with self._lock:
             keys = list(self._pods_by_node.get(node_name, ()))
         return [p for p in (self.pods_informer.get(k) for k in keys) if p is not None]
+
+    def volume_attachments_on_node(self, node_name: str) -> list[Obj]:
+        """VolumeAttachments whose spec.nodeName is the node (from the index: no list call)."""
+        return self.volumeattachments_informer.by_index("node", node_name)
+
+    def persistent_volume_claim(self, namespace: str, name: str) -> Obj | None:
+        """A PersistentVolumeClaim from the informer's cache."""
+        return self.pvcs_informer.get(f"{namespace}/{name}")
 
     def pending_pods(self) -> list[Obj]:
         """Provisionable pods, in a stable order (from the index: no pass over every pod)."""

@@ -2,6 +2,9 @@
 drain it through the Eviction API tier by tier (PDBs honoured, do-not-disrupt pods waited on, everything deleted at
 the terminationGracePeriod deadline), wait for volumes to detach, terminate the instance, then drop the finalizers.
 
+The evictions themselves go through the eviction queue (controller/termination/eviction.py), the pure decisions
+live in controller/termination/drain.py.
+
 Every pass starts from fresh reads of the NodeClaim and the Node and only moves forward, so a crash anywhere and a
 rerun continue where the last pass stopped; NodeClaim conditions are written once per pass to the status subresource.
 """
@@ -23,11 +26,12 @@ from controller.cloud.aws.errors import NodeClaimNotFoundError
 from controller.cloud.provider import CloudProvider
 from controller.kube import resources as R
 from controller.kube.client import KubeClient
-from controller.kube.errors import ConflictError, InvalidError, KubeError, NotFoundError, TooManyRequestsError
+from controller.kube.errors import ConflictError, InvalidError, NotFoundError
 from controller.kube.events import Recorder
 from controller.kube.workqueue import Result
 from controller.state.cluster import Cluster
 from controller.termination import drain as D
+from controller.termination.eviction import EvictionQueue, pod_key
 
 log = logging.getLogger("karpy.termination")
 
@@ -37,8 +41,6 @@ DRAINED = "Drained"
 VOLUMES_DETACHED = "VolumesDetached"
 INSTANCE_TERMINATING = "InstanceTerminating"
 DISRUPTION_REASON = "DisruptionReason"
-MULTIPLE_PDBS = "This pod has more than one PodDisruptionBudget"
-RECENT_ACTION = 10.0  # seconds a pod we evicted or deleted is not acted on again while the cache catches up
 _LOCK_STRIPES = 64
 
 
@@ -70,11 +72,6 @@ def _node_provider_id(node: Obj) -> str:
     return str((node.get("spec") or {}).get("providerID") or "")
 
 
-def _pod_key(pod: Obj) -> str:
-    meta = _meta(pod)
-    return str(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}")
-
-
 def _pretty_names(names: list[str], limit: int = 5) -> str:
     """Up to `limit` names, then how many more (as Karpenter's pretty.Slice)."""
     shown = ", ".join(names[:limit])
@@ -92,9 +89,7 @@ class Terminator:
         self.recorder = recorder
         self.clock = clock
         self._locks = [threading.Lock() for _ in range(_LOCK_STRIPES)]
-        self._state = threading.Lock()
-        self._backoff = D.PodBackoff()
-        self._recent: dict[str, float] = {}
+        self.evictions = EvictionQueue(client, recorder)
 
     # ---- entry points ------------------------------------------------------------------------------------------
     def reconcile_nodeclaim(self, name: str) -> Result:
@@ -354,11 +349,11 @@ class Terminator:
             assert deadline is not None
             self._force_delete(pod, deadline, now, reason, extra)
         for pod in plan.evict:
-            self._evict(pod, node, now, reason)
+            self.evictions.evict(pod, node, now, reason)
         if not plan.drained:
             self.recorder.publish(node, "Warning", "FailedDraining",
                                   f"Failed to drain node, {len(plan.waiting)} pods are waiting to be evicted")
-            wait = self._backoff.next_try([_pod_key(p) for p in plan.evict], now)
+            wait = self.evictions.next_try(plan.evict, now)
             delay = D.DRAIN_REQUEUE if wait is None else min(max(wait, 0.05), D.DRAIN_REQUEUE)
             return Result(requeue_after=delay), False
         if claim is None:
@@ -380,70 +375,12 @@ class Terminator:
             return str(cond["reason"])
         return "Forceful Termination"
 
-    def _acted_recently(self, key: str, now: float) -> bool:
-        with self._state:
-            for k, at in list(self._recent.items()):
-                if now - at > RECENT_ACTION:
-                    del self._recent[k]
-            return key in self._recent
-
-    def _acted(self, key: str, now: float) -> None:
-        with self._state:
-            self._recent[key] = now
-            self._backoff.forget(key)
-
-    def _evict(self, pod: Obj, node: Obj, now: float, reason: str) -> None:
-        """Evict one pod through the Eviction API; a PDB refusal (429) backs that pod off and is reported."""
-        key = _pod_key(pod)
-        meta = _meta(pod)
-        if self._acted_recently(key, now):
-            return
-        with self._state:
-            if not self._backoff.ready(key, now):
-                return
-        try:
-            self.client.evict(str(meta.get("namespace")), str(meta.get("name")), uid=meta.get("uid") or None)
-        except (NotFoundError, ConflictError):  # gone, or another pod by now
-            M.EVICTION_REQUESTS.labels(code="404").inc()
-            self._acted(key, now)
-            return
-        except TooManyRequestsError:
-            M.EVICTION_REQUESTS.labels(code="429").inc()
-            with self._state:
-                self._backoff.failed(key, now)
-            self.recorder.publish(node, "Warning", "FailedDraining",
-                                  "Failed to drain node, evicting pod violates a PDB")
-            return
-        except KubeError as e:
-            M.EVICTION_REQUESTS.labels(code=str(e.status)).inc()
-            with self._state:
-                self._backoff.failed(key, now)
-            if MULTIPLE_PDBS in (e.message or ""):
-                self.recorder.publish(node, "Warning", "FailedDraining",
-                                      "Failed to drain node, eviction does not support multiple PDBs")
-            else:
-                log.error("evicting pod failed", extra={"controller": "eviction-queue", "error": str(e),
-                                                        "Pod": {"namespace": meta.get("namespace"),
-                                                                "name": meta.get("name")}})
-            return
-        except Exception as e:  # connection trouble: that pod is tried again after its backoff
-            with self._state:
-                self._backoff.failed(key, now)
-            log.error("evicting pod failed", extra={"controller": "eviction-queue", "error": str(e),
-                                                    "Pod": {"namespace": meta.get("namespace"),
-                                                            "name": meta.get("name")}})
-            return
-        M.EVICTION_REQUESTS.labels(code="200").inc()
-        self._acted(key, now)
-        self.recorder.publish(pod, "Normal", "Evicted", f"Evicted pod: {reason}")
-        M.PODS_DRAINED.labels(reason=reason).inc()
-
     def _force_delete(self, pod: Obj, deadline: float, now: float, reason: str, extra: Obj) -> None:
         """Delete a pod whose grace period would outlast the node's deadline, with what is left of it (bypassing its
         PDB and do-not-disrupt)."""
-        key = _pod_key(pod)
+        key = pod_key(pod)
         meta = _meta(pod)
-        if self._acted_recently(key, now):
+        if self.evictions.acted_recently(key, now):
             return
         grace = D.force_delete_grace(deadline, now)
         tgps = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")
@@ -456,9 +393,9 @@ class Terminator:
             self.client.delete(R.PODS, str(meta.get("name")), str(meta.get("namespace")),
                                grace_period_seconds=grace, uid=meta.get("uid"))
         except (NotFoundError, ConflictError):
-            self._acted(key, now)
+            self.evictions.acted(key, now)
             return
-        self._acted(key, now)
+        self.evictions.acted(key, now)
         log.debug("deleting pod", extra={**extra, "namespace": meta.get("namespace"), "name": meta.get("name"),
                                          "pod.terminationGracePeriodSeconds": tgps,
                                          "delete.gracePeriodSeconds": grace,
@@ -470,12 +407,11 @@ class Terminator:
                        generation: int | None) -> Result | None:
         """Wait for the node's VolumeAttachments to go (those of undrainable pods excepted), until the deadline."""
         node_name = _name(node)
-        attachments, _ = self.client.list(R.VOLUMEATTACHMENTS)
-        on_node = [va for va in attachments if (va.get("spec") or {}).get("nodeName") == node_name]
+        on_node = self.cluster.volume_attachments_on_node(node_name)  # an indexed informer, no list per pass
         ignored: set[str] = set()
         if on_node:
             for namespace, claim_name in D.undrainable_pod_claims(self.cluster.pods_on_node(node_name), now):
-                pvc = self._get(R.PERSISTENTVOLUMECLAIMS, claim_name, namespace)
+                pvc = self.cluster.persistent_volume_claim(namespace, claim_name)
                 volume = ((pvc or {}).get("spec") or {}).get("volumeName")
                 if volume:
                     ignored.add(str(volume))

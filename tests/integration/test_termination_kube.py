@@ -317,7 +317,7 @@ def test_drain_goes_tier_by_tier_then_the_instance_and_finalizers_go(world: Worl
     drive(world, one_pass, lambda: get(world, R.NODECLAIMS, claim) is None, timeout=60, each=kubelet, node=node)
 
     # one tier at a time; the tolerant, static and finished pods were left alone
-    assert order == [["app"], ["critical-app"], ["daemon"], ["critical-daemon"]]
+    assert order == [["app"], ["daemon"], ["critical-app"], ["critical-daemon"]]  # groupPodsByPriority
     assert get(world, R.NODES, node) is None
     assert cloud.deleted == [pid]
     # the conditions went Drained Unknown -> True, then VolumesDetached and InstanceTerminating while it shut down
@@ -357,12 +357,14 @@ def test_a_pdb_blocks_eviction_until_it_allows_it(world: World, ns: str) -> None
     attempts: dict[str, list[float]] = {}
     evict = world.client.evict
 
-    def counting_evict(namespace: str, name: str, grace_period_seconds: int | None = None) -> None:
+    def counting_evict(namespace: str, name: str, grace_period_seconds: int | None = None,
+                       uid: str | None = None) -> None:
+        assert uid  # the eviction carries the pod's UID as a precondition
         attempts.setdefault(name, []).append(time.monotonic())
-        evict(namespace, name, grace_period_seconds)
+        evict(namespace, name, grace_period_seconds, uid)
 
     terminator = Terminator(world.client, world.cluster, cloud, world.recorder)
-    terminator.client = _Proxy(world.client, evict=counting_evict)  # type: ignore[assignment]
+    terminator.evictions.client = _Proxy(world.client, evict=counting_evict)  # type: ignore[assignment]
     world.client.delete(R.NODECLAIMS, claim)
     until = time.monotonic() + 4
     drive(world, lambda: terminator.reconcile_nodeclaim(claim), lambda: time.monotonic() > until, timeout=10)

@@ -385,7 +385,16 @@ def test_bad_settings_exit_2_with_one_line_and_no_traceback(tmp_path, env, args,
         assert "Traceback" not in result.stderr and result.stdout == ""
 
 
-@pytest.mark.parametrize("gate", ["NodeRepair", "NodeOverlay", "CapacityBuffer"])
+def test_refresh_intervals_are_go_durations_of_at_least_a_minute() -> None:
+    s, sources = _resolve({"AMI_REFRESH_INTERVAL": "5m", "SUBNET_REFRESH_INTERVAL": "90s"})
+    assert (s.ami_refresh_interval, s.subnet_refresh_interval) == (300.0, 90.0)
+    assert sources["AMI_REFRESH_INTERVAL"] == "env"
+    assert _resolve()[0].ami_refresh_interval == 60.0
+    with pytest.raises(SettingsError, match=r"AMI_REFRESH_INTERVAL.*at least 1m"):
+        _resolve({"AMI_REFRESH_INTERVAL": "30s"})
+
+
+@pytest.mark.parametrize("gate", ["NodeOverlay", "CapacityBuffer"])
 def test_a_gate_karpy_does_not_implement_is_refused_at_start_in_one_line(tmp_path, gate):
     result = _karpy(["controller"], _env(tmp_path, CLUSTER_NAME="demo", FEATURE_GATES=f"{gate}=true"))
     assert result.returncode == 2, (result.stdout, result.stderr)
@@ -397,7 +406,8 @@ def test_a_gate_karpy_does_not_implement_is_refused_at_start_in_one_line(tmp_pat
     assert result.returncode == 0 and any(gate in line and "not supported" in line
                                           for line in result.stderr.splitlines()), result.stderr
     # set false, or a gate karpy implements, starts as before (it gets past the settings to the runtime)
-    assert unsupported_feature_gates({gate: False, "StaticCapacity": True, "ReservedCapacity": True}) == []
+    assert unsupported_feature_gates({gate: False, "StaticCapacity": True, "ReservedCapacity": True,
+                                      "NodeRepair": True}) == []
 
 
 def test_run_mode_without_the_runtime_says_so_in_one_line(tmp_path):

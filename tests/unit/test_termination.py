@@ -312,10 +312,12 @@ class FakeAPI:
         return key
 
     def get(self, res: Any, name: str, namespace: str | None = None) -> dict[str, Any]:
+        assert res.plural != "persistentvolumeclaims", "termination reads PVCs from the informer"
         return copy.deepcopy(self.objects[self._key(res, name, namespace)])
 
     def list(self, res: Any, namespace: str | None = None, label_selector: str | None = None,
              field_selector: str | None = None) -> tuple[list[dict[str, Any]], str]:
+        assert res.plural != "volumeattachments", "termination reads VolumeAttachments from the indexed informer"
         return [copy.deepcopy(o) for (p, ns, _), o in self.objects.items()
                 if p == res.plural and (namespace is None or ns == namespace)], str(self.rv)
 
@@ -387,6 +389,13 @@ class FakeState:
     def nodeclaim_for_provider_id(self, pid: str) -> dict[str, Any] | None:
         return next((o for (p, _, _), o in self.api.objects.items()
                      if p == "nodeclaims" and (o.get("status") or {}).get("providerID") == pid), None)
+
+    def volume_attachments_on_node(self, node: str) -> list[dict[str, Any]]:
+        return [o for (p, _, _), o in self.api.objects.items()
+                if p == "volumeattachments" and o["spec"].get("nodeName") == node]
+
+    def persistent_volume_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.api.objects.get(("persistentvolumeclaims", namespace, name))
 
 
 class FakeCloud:

@@ -228,3 +228,15 @@ def test_a_worker_that_will_not_stop_does_not_hold_the_release_past_the_timeout(
     finally:
         hang.set()
     assert len(released) == 1 and released[0] - began < 1.0
+
+
+def test_worker_counts_scale_with_cpu_requests_as_karpenters_linear_scale_reconciles() -> None:
+    from controller.kube.workqueue import linear_scale_reconciles
+
+    # Karpenter's lifecycle bounds (1000 at 1 core, 5000 at 60 cores), its formula's own examples
+    assert linear_scale_reconciles(1000, 1000, 5000) == 1000
+    assert linear_scale_reconciles(500, 1000, 5000) == 1000  # below a core: the minimum
+    assert linear_scale_reconciles(2000, 1000, 5000) == 1067  # int(4000/59 * 1) + 1000
+    assert linear_scale_reconciles(1500, 1000, 5000) == 1067  # cores rounded up
+    assert linear_scale_reconciles(60000, 1000, 5000) == 5000
+    assert linear_scale_reconciles(200000, 1000, 5000) == 5000  # clamped
