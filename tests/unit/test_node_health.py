@@ -39,7 +39,8 @@ def _world(unhealthy: int, healthy: int) -> tuple[FakeKube, FakeRecorder, NodeHe
 
 def _disrupted() -> float:
     return M.REGISTRY.get_sample_value("karpenter_nodeclaims_disrupted_total", {
-        "reason": "unhealthy", "nodepool": "general", "capacity_type": "spot"}) or 0.0
+        "reason": "unhealthy", "nodepool": "general", "capacity_type": "spot", "consolidation_policy": "",
+        "termination_mode": ""}) or 0.0
 
 
 def test_an_unhealthy_node_is_tolerated_then_its_nodeclaim_deleted_forcefully() -> None:
