@@ -154,7 +154,9 @@ def end_to_end(nodes: int, pods: int, fmt: str = "yaml") -> dict[str, Any]:
     doc = {"apiVersion": "v1", "kind": "List", "items": make_cluster(nodes, pods)}
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / f"snapshot.{fmt}"
-        path.write_text(json.dumps(doc) if fmt == "json" else yaml.safe_dump(doc, sort_keys=False))
+        # kubectl never writes YAML anchors; PyYAML would alias the dicts the generator shares between objects
+        plain = type("NoAliases", (yaml.SafeDumper,), {"ignore_aliases": lambda self, data: True})
+        path.write_text(json.dumps(doc) if fmt == "json" else yaml.dump(doc, Dumper=plain, sort_keys=False))
         size = path.stat().st_size
         rss = Path(tmp) / "rss"
         # the command's own peak RSS, written at exit (RUSAGE_CHILDREN would be the largest child of this run)
