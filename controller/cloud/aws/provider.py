@@ -281,9 +281,7 @@ class AWSCloudProvider:
             return ""
         _, instance_id = instances.parse_provider_id(pid)
         d = self._drift_view(instance_id)
-        # EC2 gives every instance at least one security group; a description without any (LocalStack's for
-        # CreateFleet launches) says nothing about them, so it is no SecurityGroupDrift
-        groups = [str(g["GroupId"]) for g in d.get("SecurityGroups") or [] if g.get("GroupId")] or None
+        groups = [str(g["GroupId"]) for g in d.get("SecurityGroups") or [] if g.get("GroupId")]
         return nodeclass_drift(claim, klass, subnet_id=str(d.get("SubnetId") or ""), security_group_ids=groups,
                                reservation_id=str(d.get("CapacityReservationId") or ""))
 
