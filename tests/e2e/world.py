@@ -12,16 +12,18 @@ __all__ = ["create_aws_world", "create_nodeclass", "install_crds"]
 
 
 def create_aws_world(ec2: Any, iam: Any, sqs: Any, cluster: str, octet: int = 77) -> dict[str, str]:
-    """VPC, two discovery-tagged subnets, the VPC's default security group tagged, a node role and an interruption
+    """VPC, two discovery-tagged subnets, the default VPC's default security group tagged, a node role and an interruption
     queue."""
     tag = [{"Key": "karpenter.sh/discovery", "Value": cluster}]
     vpc = ec2.create_vpc(CidrBlock=f"10.{octet}.0.0/16")["Vpc"]["VpcId"]
     for i, zone in enumerate(("us-east-1a", "us-east-1b")):
         ec2.create_subnet(VpcId=vpc, CidrBlock=f"10.{octet}.{i}.0/24", AvailabilityZone=zone,
                           TagSpecifications=[{"ResourceType": "subnet", "Tags": tag}])
-    # LocalStack gives a CreateFleet instance its VPC's default security group whatever the launch template names,
-    # so the nodes' group is that one: a group of the world's own would have every node SecurityGroupDrift
-    default = ec2.describe_security_groups(Filters=[{"Name": "vpc-id", "Values": [vpc]},
+    # LocalStack gives a CreateFleet instance the default VPC's default security group whatever the launch template
+    # names, so the nodes' group is that one: a group of the world's own would have every node SecurityGroupDrift
+    # (and replaced by the disruption loop, again and again)
+    default_vpc = [v["VpcId"] for v in ec2.describe_vpcs(Filters=[{"Name": "is-default", "Values": ["true"]}])["Vpcs"]]
+    default = ec2.describe_security_groups(Filters=[{"Name": "vpc-id", "Values": default_vpc or [vpc]},
                                                     {"Name": "group-name", "Values": ["default"]}])
     ec2.create_tags(Resources=[default["SecurityGroups"][0]["GroupId"]], Tags=tag)
     image = ec2.describe_images(Filters=[{"Name": "architecture", "Values": ["x86_64"]}])["Images"][0]["ImageId"]
