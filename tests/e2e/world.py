@@ -12,8 +12,8 @@ __all__ = ["create_aws_world", "create_nodeclass", "install_crds"]
 
 
 def create_aws_world(ec2: Any, iam: Any, sqs: Any, cluster: str, octet: int = 77) -> dict[str, str]:
-    """VPC, two discovery-tagged subnets, the default VPC's default security group tagged, a node role and an interruption
-    queue."""
+    """VPC, two discovery-tagged subnets, the default VPC's default security group tagged, a node role and an
+    interruption queue."""
     tag = [{"Key": "karpenter.sh/discovery", "Value": cluster}]
     vpc = ec2.create_vpc(CidrBlock=f"10.{octet}.0.0/16")["Vpc"]["VpcId"]
     for i, zone in enumerate(("us-east-1a", "us-east-1b")):
