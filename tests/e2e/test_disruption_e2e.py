@@ -25,6 +25,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.kube, pytest.mark.localstack]
 DISRUPTED = "karpenter.sh/disrupted"
 LARGE_ONLY = [{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["m5.large"]}]
 LARGE_OR_XLARGE = [{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["m5.large", "m5.xlarge"]}]
+# on-demand only: a spot node is replaced by a cheaper spot node only behind SpotToSpotConsolidation (off by default)
+ON_DEMAND = [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}]
 PDBS = ("policy", "v1beta1")
 
 
@@ -247,7 +249,7 @@ def test_short_expire_after_replaces_the_node(world: World, kubelet, start_contr
 # ---- a crash in the middle of a command ------------------------------------------------------------------------
 
 def test_restart_mid_command_leaks_no_replacement_and_leaves_no_taint(world: World, kubelet, start_controller):
-    pool = pool_with(world, "crash", LARGE_OR_XLARGE)
+    pool = pool_with(world, "crash", LARGE_OR_XLARGE + ON_DEMAND)
     ns = world.namespace()
     crashing = start_controller("crashing.log", KARPY_FAILPOINTS="disruption.after-launch")
     world.deployment(ns, "app", 3, pool, cpu="1000m")  # three to an m5.xlarge
