@@ -1,7 +1,9 @@
 """The end-to-end world: LocalStack (EC2, IAM, SQS) and the real control plane with karpy's CRDs, one cluster's AWS
 resources, and `karpy controller` run as a process against both.
 
-Each test gets its own NodePool (and pods pinned to it), so nodes a previous test left behind never absorb its pods.
+Each test gets its own NodePool (and pods pinned to it), so nodes a previous test left behind never absorb its pods;
+the NodePools and namespaces a test made are deleted after it, so no earlier test's pods keep a later test's controller
+launching for them (a failpoint armed at launch must fire on the later test's own NodeClaim).
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import socket
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +42,7 @@ class World:
     queue_name: str
     queue_url: str
     nodeclass: str
+    made: list[tuple[str, str]] = field(default_factory=list)
 
     def env(self, **extra: str) -> dict[str, str]:
         """The controller's environment: Karpenter's settings pointing at this world."""
@@ -73,7 +76,9 @@ class World:
         spec.update(template_spec)
         body = {"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": name},
                 "spec": {"template": {"spec": spec}}}
-        return self.custom.create_cluster_custom_object("karpenter.sh", "v1", "nodepools", body)
+        made = self.custom.create_cluster_custom_object("karpenter.sh", "v1", "nodepools", body)
+        self.made.append(("nodepools", name))
+        return made
 
     def nodeclaims(self, nodepool: str | None = None) -> list[dict[str, Any]]:
         items = self.custom.list_cluster_custom_object("karpenter.sh", "v1", "nodeclaims")["items"]
@@ -96,8 +101,23 @@ class World:
     def namespace(self) -> str:
         name = f"e2e-{uuid.uuid4().hex[:6]}"
         self.core.create_namespace({"metadata": {"name": name}})
+        self.made.append(("namespaces", name))
         wait_for("default service account", lambda: self._sa(name), 30)
         return name
+
+    def tidy(self) -> None:
+        """Delete what the last test made: its namespaces (so its pods stop asking for nodes) and its NodePools (their
+        NodeClaims follow through their owner reference and are terminated by the next running controller)."""
+        while self.made:
+            kind, name = self.made.pop()
+            try:
+                if kind == "namespaces":
+                    self.core.delete_namespace(name)
+                else:
+                    self.custom.delete_cluster_custom_object("karpenter.sh", "v1", kind, name)
+            except client.ApiException as e:
+                if e.status != 404:
+                    raise
 
     def _sa(self, namespace: str) -> bool:
         try:
@@ -127,6 +147,14 @@ def world(localstack_endpoint: str, aws_client: Any, kubeconfig: str, kube_api: 
     queue_name, queue_url = made["queue_name"], made["queue_url"]
     return World(cluster=cluster, endpoint=localstack_endpoint, kubeconfig=kubeconfig, api=kube_api, ec2=ec2,
                  sqs=sqs, queue_name=queue_name, queue_url=queue_url, nodeclass=cluster)
+
+
+@pytest.fixture(autouse=True)
+def _tidy_world(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After each test that used the world (its controllers already stopped), delete what it made."""
+    yield
+    if "world" in request.fixturenames:
+        request.getfixturevalue("world").tidy()
 
 
 @pytest.fixture
