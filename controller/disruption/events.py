@@ -19,6 +19,8 @@ DISRUPTION_WAITING_READINESS = "DisruptionWaitingReadiness"
 DISRUPTION_TERMINATING = "DisruptionTerminating"
 UNCONSOLIDATABLE = "Unconsolidatable"
 CONSOLIDATION_CANDIDATE = "ConsolidationCandidate"
+UNCONSOLIDATABLE_DEDUPE_SECONDS = 15 * 60.0
+NODEPOOL_BLOCKED_DEDUPE_SECONDS = 60.0
 
 
 def _kinded(obj: Obj, kind: str, api_version: str) -> Obj:
@@ -92,7 +94,22 @@ def consolidation_candidate(node: Obj | None, nodeclaim: Obj, command: str, savi
                     f"Consolidation candidate: {command} (savings: ${savings:.2f})")
 
 
+def _dedupe(obj: Obj, reason: str, message: str) -> tuple[tuple[str, ...] | None, float | None]:
+    """Karpenter's dedupe values and window for a disruption event: a node's Unconsolidatable and DisruptionBlocked
+    events are one per object whatever their message (Unconsolidatable for 15 minutes, so a node that cannot be
+    consolidated is not reported every pass), a NodePool's budget block is one per reason for a minute; the others
+    are keyed by their message (which carries the reason or command Karpenter keys them by) for the default window."""
+    if reason == UNCONSOLIDATABLE:
+        return (), UNCONSOLIDATABLE_DEDUPE_SECONDS
+    if reason == DISRUPTION_BLOCKED:
+        if obj.get("kind") == "NodePool":
+            return (message,), NODEPOOL_BLOCKED_DEDUPE_SECONDS
+        return (), None
+    return None, None
+
+
 def publish(recorder: Recorder, events: list[Event]) -> None:
-    """Hand the events to the recorder (which deduplicates and bounds them)."""
+    """Hand the events to the recorder, which drops repeats within Karpenter's dedupe window for each."""
     for obj, type_, reason, message in events:
-        recorder.publish(obj, type_, reason, message)
+        values, seconds = _dedupe(obj, reason, message)
+        recorder.publish(obj, type_, reason, message, dedupe_values=values, dedupe_seconds=seconds)

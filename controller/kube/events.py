@@ -30,25 +30,27 @@ class Recorder:
         self.dedupe_seconds = dedupe_seconds
         self.clock = clock
         self._queue: queue.Queue[dict[str, Any]] = queue.Queue(QUEUE_SIZE)
-        self._seen: dict[tuple[str, str, str], float] = {}
+        self._seen: dict[tuple[str, ...], float] = {}  # dedupe key -> until when repeats are dropped
         self._lock = threading.Lock()
         self.dropped = 0
         self.published: list[tuple[str, str, str]] = []  # (object key, reason, message), the last few, for tests
 
-    def publish(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None:
-        """Queue an Event about obj (deduplicated)."""
+    def publish(self, obj: dict[str, Any], type_: str, reason: str, message: str,
+                dedupe_values: tuple[str, ...] | None = None, dedupe_seconds: float | None = None) -> None:
+        """Queue an Event about obj, dropped when one with the same object, reason and dedupe values (the message,
+        unless the event names its own, as Karpenter's events do) was published within its dedupe window."""
         meta = obj.get("metadata") or {}
         message = message[:MAX_MESSAGE]
-        key = (str(meta.get("uid") or meta.get("name")), reason, message)
+        key = (str(meta.get("uid") or meta.get("name")), reason, *(dedupe_values if dedupe_values is not None
+                                                                    else (message,)))
         now = self.clock()
         with self._lock:
-            last = self._seen.get(key)
-            if last is not None and now - last < self.dedupe_seconds:
+            until = self._seen.get(key)
+            if until is not None and now < until:
                 return
-            self._seen[key] = now
+            self._seen[key] = now + (self.dedupe_seconds if dedupe_seconds is None else dedupe_seconds)
             if len(self._seen) > 50000:
-                cutoff = now - self.dedupe_seconds
-                self._seen = {k: v for k, v in self._seen.items() if v >= cutoff}
+                self._seen = {k: v for k, v in self._seen.items() if v > now}
             self.published.append((f"{meta.get('namespace', '')}/{meta.get('name')}", reason, message))
             del self.published[:-200]
         if self.client is None:

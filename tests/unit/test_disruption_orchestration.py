@@ -14,6 +14,7 @@ from controller.disruption.types import (
     Candidate,
     Command,
 )
+from controller.kube.events import Recorder
 
 
 def _candidate(name: str, pool: str = "default", price: float = 0.2) -> Candidate:
@@ -55,3 +56,38 @@ def test_event_messages_and_targets() -> None:
         "Consolidation candidate: cmd (savings: $1.23)"] * 2
     assert [m for _, _, _, m in E.nodepool_blocked({"metadata": {"name": "p"}}, "Drifted")] == [
         "No allowed disruptions for disruption reason Drifted due to blocking budget"]
+
+
+def test_events_dedupe_as_karpenter_keys_them() -> None:
+    """Unconsolidatable: one per node for 15 minutes whatever the message; a node's DisruptionBlocked: one per node for
+    the default 2 minutes; a NodePool's budget block: one per reason for a minute (Karpenter's disruption events)."""
+    now = [0.0]
+    rec = Recorder(None, clock=lambda: now[0])
+    node, claim = {"metadata": {"name": "n", "uid": "u1"}}, {"metadata": {"name": "c", "uid": "u2"}}
+    pool = {"metadata": {"name": "p", "uid": "u3"}}
+
+    def reasons() -> list[tuple[str, str]]:
+        return [(k, r) for k, r, _ in rec.published]
+
+    E.publish(rec, E.unconsolidatable(node, claim, "a"))
+    E.publish(rec, E.unconsolidatable(node, claim, "b"))  # another message, same node: dropped
+    assert reasons() == [("/n", E.UNCONSOLIDATABLE), ("/c", E.UNCONSOLIDATABLE)]
+    now[0] = 14 * 60
+    E.publish(rec, E.unconsolidatable(node, None, "c"))
+    assert len(rec.published) == 2
+    now[0] = 15 * 60 + 1
+    E.publish(rec, E.unconsolidatable(node, None, "c"))
+    assert len(rec.published) == 3
+    E.publish(rec, E.blocked(node, None, "x"))
+    E.publish(rec, E.blocked(node, None, "y"))
+    assert len(rec.published) == 4
+    now[0] += 121
+    E.publish(rec, E.blocked(node, None, "y"))
+    assert len(rec.published) == 5
+    E.publish(rec, E.nodepool_blocked(pool, "Drifted"))
+    E.publish(rec, E.nodepool_blocked(pool, "Empty"))  # another reason: its own event
+    E.publish(rec, E.nodepool_blocked(pool, "Drifted"))
+    assert len(rec.published) == 7
+    now[0] += 61
+    E.publish(rec, E.nodepool_blocked(pool, "Drifted"))
+    assert len(rec.published) == 8
