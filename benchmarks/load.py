@@ -220,9 +220,9 @@ class NominationRecorder(Recorder):
         self.waiting: set[str] = set()  # burst pods not yet nominated
         self.last_nominated = 0.0
 
-    def publish(self, obj: Obj, type_: str, reason: str, message: str) -> None:
+    def publish(self, obj: Obj, type_: str, reason: str, message: str, **dedupe: Any) -> None:
         """Publish, and for a Nominated event note the time and queue the binding."""
-        super().publish(obj, type_, reason, message)
+        super().publish(obj, type_, reason, message, **dedupe)
         if reason != "Nominated":
             return
         name = str(obj["metadata"]["name"])

@@ -239,6 +239,10 @@ NODEPOOLS_ALLOWED_DISRUPTIONS = Gauge(
     "The number of nodes for a given NodePool that can be concurrently disrupting at a point in time. Labeled by "
     "NodePool. Note that allowed disruptions can change very rapidly, as new nodes may be created and others may be "
     "deleted at any point.", ["nodepool", "reason"], registry=REGISTRY)
+NODEPOOLS_NODES_CONSUMING_BUDGETS = Gauge(
+    "karpenter_nodepools_nodes_consuming_budgets",
+    "The number of nodes consuming the budget of a nodepool at a point in time. Labeled by NodePool.",
+    ["nodepool", "reason"], registry=REGISTRY)
 NODES_DISRUPTED = Counter(
     "karpenter_nodes_disrupted",
     "Number of nodes disrupted in total by Karpenter. Labeled by reason the node was disrupted, the owning nodepool "

@@ -11,7 +11,7 @@ from controller.api import conditions as C
 from controller.api import labels as L
 from controller.catalog.types import InstanceType
 from controller.disruption import budgets
-from controller.disruption.types import Blocked, Candidate, Obj, Snapshot
+from controller.disruption.types import Blocked, BudgetMapping, Candidate, Obj, Snapshot
 from controller.scheduling.pod import LabelSelector, PodError, _selector
 from controller.state.cluster import is_mirror, is_terminal, provider_id
 from controller.termination.drain import (
@@ -342,7 +342,7 @@ def build_candidates(snapshot: Snapshot) -> CandidateSet:
     return out
 
 
-def budget_mapping(snapshot: Snapshot, cands: CandidateSet, reason: str) -> dict[str, int]:
+def budget_mapping(snapshot: Snapshot, cands: CandidateSet, reason: str) -> BudgetMapping:
     """Karpenter's BuildDisruptionBudgetMapping: per NodePool, what its budgets allow for the reason over the
     pool's nodes, less the nodes already NotReady or being disrupted (never below 0)."""
     total: dict[str, int] = {}
@@ -358,8 +358,11 @@ def budget_mapping(snapshot: Snapshot, cands: CandidateSet, reason: str) -> dict
         total[pool] = total.get(pool, 0) + 1
         if not s.ready() or s.deleting(snapshot.disrupting):
             disrupting[pool] = disrupting.get(pool, 0) + 1
-    out: dict[str, int] = {}
+    out = BudgetMapping()
     for name, np_ in cands.nodepools.items():
         allowed = budgets.allowed_disruptions(np_, reason, snapshot.now, total.get(name, 0))
-        out[name] = max(0, allowed - disrupting.get(name, 0))
+        out.remaining[name] = max(0, allowed - disrupting.get(name, 0))
+        out.allowed[name] = allowed
+        out.consuming[name] = disrupting.get(name, 0)
+        out.nodes[name] = total.get(name, 0)
     return out

@@ -213,11 +213,14 @@ class DisruptionController:
             claim = self.cluster.nodeclaim(b.nodeclaim) if b.nodeclaim else None
             make = E.unconsolidatable if b.unconsolidatable else E.blocked
             E.publish(self.recorder, make(node, claim, b.reason))
-        for (pool, reason), allowed in result.allowed.items():
-            M.NODEPOOLS_ALLOWED_DISRUPTIONS.labels(nodepool=pool, reason=reason.lower()).set(allowed)
-            if allowed <= 0:
+        for reason, mapping in result.budgets.items():
+            for pool, allowed in mapping.allowed.items():
+                # as Karpenter: the budgets' own figure (before the nodes already consuming it) and those nodes
+                M.NODEPOOLS_ALLOWED_DISRUPTIONS.labels(nodepool=pool, reason=reason.lower()).set(allowed)
+                M.NODEPOOLS_NODES_CONSUMING_BUDGETS.labels(nodepool=pool, reason=reason.lower()).set(
+                    mapping.consuming.get(pool, 0))
                 nodepool = self.cluster.nodepool(pool)
-                if nodepool is not None and self.cluster.nodeclaims_for_nodepool(pool):
+                if allowed == 0 and mapping.nodes.get(pool) and nodepool is not None:
                     E.publish(self.recorder, E.nodepool_blocked(nodepool, reason))
         for method, n in result.eligible.items():
             M.DISRUPTION_ELIGIBLE_NODES.labels(reason=METHOD_REASON.get(method, method.lower())).set(n)

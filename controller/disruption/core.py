@@ -92,7 +92,8 @@ class _Pass:
         self.cands.eventual_only = [c for c in self.cands.eventual_only if c.name not in gone]
         self.out.blocked.extend(bad)
         self.out.blocked.extend(self.cands.blocked)
-        self.budgets = {r: budget_mapping(snapshot, self.cands, r) for r in REASONS}
+        self.out.budgets = {r: budget_mapping(snapshot, self.cands, r) for r in REASONS}
+        self.budgets = {r: m.remaining for r, m in self.out.budgets.items()}
         for reason, per_pool in self.budgets.items():
             for pool, n in per_pool.items():
                 self.out.allowed[(pool, reason)] = n

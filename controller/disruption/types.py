@@ -173,6 +173,17 @@ class Expired:
 
 
 @dataclass
+class BudgetMapping:
+    """One reason's budgets per NodePool (Karpenter's BuildDisruptionBudgetMapping): what they allow, how many of the
+    pool's nodes already consume that (NotReady or being disrupted), what remains for this pass, the nodes counted."""
+
+    allowed: dict[str, int] = field(default_factory=dict)
+    consuming: dict[str, int] = field(default_factory=dict)
+    remaining: dict[str, int] = field(default_factory=dict)
+    nodes: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
 class Pass:
     """What one pass decided, and what the controller's events and metrics report about it."""
 
@@ -181,6 +192,7 @@ class Pass:
     expired: list[Expired] = field(default_factory=list)
     blocked: list[Blocked] = field(default_factory=list)
     eligible: dict[str, int] = field(default_factory=dict)  # per method: candidates it could consider
-    allowed: dict[tuple[str, str], int] = field(default_factory=dict)  # (nodepool, reason) -> disruptions allowed
+    allowed: dict[tuple[str, str], int] = field(default_factory=dict)  # (nodepool, reason) -> disruptions left now
+    budgets: dict[str, BudgetMapping] = field(default_factory=dict)  # reason -> the budgets behind `allowed`
     timeouts: list[str] = field(default_factory=list)  # methods that hit their timeout this pass
     evaluation_seconds: dict[str, float] = field(default_factory=dict)  # per method

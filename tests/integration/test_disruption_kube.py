@@ -24,6 +24,7 @@ from controller.disruption.queue import REPLACEMENT_OF, REPLACES, Queue
 from controller.disruption.types import (
     DRIFT,
     SINGLE_NODE_CONSOLIDATION,
+    BudgetMapping,
     Candidate,
     Command,
     Options,
@@ -320,6 +321,27 @@ def test_consolidation_still_valid_starts(world: World, pool: str) -> None:
     assert queue.holds() == {cand.name}
     loop.reconcile()  # the queue's tick deletes the candidate (no replacements to wait for)
     assert deleting(world, cand.name)
+
+
+def test_budget_metrics_and_blocked_nodepool_event(world: World, pool: str) -> None:
+    """As Karpenter's BuildDisruptionBudgetMapping reports: allowed_disruptions is the budgets' own figure,
+    nodes_consuming_budgets the NotReady or disrupting nodes, and a NodePool with nodes whose budget allows none gets
+    its DisruptionBlocked event (one per reason)."""
+    blocked = BudgetMapping(allowed={pool: 0}, consuming={pool: 1}, remaining={pool: 0}, nodes={pool: 2})
+    open_ = BudgetMapping(allowed={pool: 3}, consuming={pool: 1}, remaining={pool: 2}, nodes={pool: 2})
+
+    def compute(snapshot: Snapshot, options: Options) -> Pass:
+        return Pass(budgets={"Drifted": blocked, "Empty": open_})
+
+    wait_for("the NodePool in the cache", lambda: world.cluster.nodepool(pool) is not None, 60)
+    loop = DisruptionController(world.cluster, _NoPools(), world.recorder, Queue(world.cluster, world.client,
+                                                                                 world.recorder), compute=compute)
+    loop.reconcile()
+    assert sample("karpenter_nodepools_allowed_disruptions", nodepool=pool, reason="drifted") == 0
+    assert sample("karpenter_nodepools_nodes_consuming_budgets", nodepool=pool, reason="drifted") == 1
+    assert sample("karpenter_nodepools_allowed_disruptions", nodepool=pool, reason="empty") == 3
+    assert world.recorder.messages(pool, E.DISRUPTION_BLOCKED) == [
+        "No allowed disruptions for disruption reason Drifted due to blocking budget"]
 
 
 class _NoPools:

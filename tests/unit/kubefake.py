@@ -148,6 +148,6 @@ class FakeRecorder:
     def __init__(self) -> None:
         self.events: list[tuple[str, str, str, str]] = []
 
-    def publish(self, obj: Obj, type_: str, reason: str, message: str) -> None:
-        """Record one event."""
+    def publish(self, obj: Obj, type_: str, reason: str, message: str, **dedupe: Any) -> None:
+        """Record one event (every one: the dedupe values and window are the real Recorder's to apply)."""
         self.events.append((str((obj.get("metadata") or {}).get("name")), type_, reason, message))

@@ -194,6 +194,9 @@ def test_budget_subtracts_not_ready_and_deleting_nodes() -> None:
     result = compute_pass(w.snapshot(), Options())
     assert result.allowed[("default", "Empty")] == 0
     assert result.commands == []
+    # what karpenter_nodepools_allowed_disruptions and ..._nodes_consuming_budgets report: the budget's own figure
+    mapping = result.budgets["Empty"]
+    assert (mapping.allowed["default"], mapping.consuming["default"], mapping.nodes["default"]) == (2, 2, 3)
 
 
 def test_budget_with_reasons_applies_only_to_them() -> None:
