@@ -220,9 +220,10 @@ class NominationRecorder(Recorder):
         self.waiting: set[str] = set()  # burst pods not yet nominated
         self.last_nominated = 0.0
 
-    def publish(self, obj: Obj, type_: str, reason: str, message: str, **dedupe: Any) -> None:
+    def publish(self, obj: Obj, type_: str, reason: str, message: str, dedupe_values: tuple[str, ...] | None = None,
+                dedupe_seconds: float | None = None) -> None:
         """Publish, and for a Nominated event note the time and queue the binding."""
-        super().publish(obj, type_, reason, message, **dedupe)
+        super().publish(obj, type_, reason, message, dedupe_values, dedupe_seconds)
         if reason != "Nominated":
             return
         name = str(obj["metadata"]["name"])

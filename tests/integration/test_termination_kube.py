@@ -70,10 +70,11 @@ class CapturingRecorder(Recorder):
         super().__init__(client)
         self.captured: list[tuple[str, str, str, str]] = []
 
-    def publish(self, obj: dict, type_: str, reason: str, message: str, **dedupe: Any) -> None:
+    def publish(self, obj: dict, type_: str, reason: str, message: str, dedupe_values: tuple[str, ...] | None = None,
+                dedupe_seconds: float | None = None) -> None:
         self.captured.append((str(obj.get("kind") or ""), str((obj.get("metadata") or {}).get("name")), reason,
                                message))
-        super().publish(obj, type_, reason, message, **dedupe)
+        super().publish(obj, type_, reason, message, dedupe_values, dedupe_seconds)
 
     def reasons(self, name: str) -> list[str]:
         return [r for _, n, r, _ in self.captured if n == name]
