@@ -113,7 +113,8 @@ class InstanceTypeIndex:
         self.price = self.price[order]
         self.min_price = self.min_price[order]
         self._daemon_groups(list(daemonsets))
-        self.alloc = np.array([[it.allocatable.get(r, 0) for r in resources] for it in self.types],
+        # allocatable is computed per call: once per type here, not once per resource
+        self.alloc = np.array([[a.get(r, 0) for r in resources] for a in (it.allocatable for it in self.types)],
                               dtype=np.int64).reshape(n, len(resources))
         self.capacity = np.array([[it.capacity.get(r, 0) for r in resources] for it in self.types],
                                  dtype=np.int64).reshape(n, len(resources))
