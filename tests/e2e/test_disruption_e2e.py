@@ -8,7 +8,9 @@ NodeClaims are consolidatable as soon as they are initialized.
 
 from __future__ import annotations
 
+import json
 import threading
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -277,3 +279,43 @@ def test_restart_mid_command_leaks_no_replacement_and_leaves_no_taint(world: Wor
     assert REPLACEMENT_OF not in (final["metadata"].get("annotations") or {})
     assert not tainted_nodes(world, pool)
     wait_for("the pod Ready", lambda: len(ready_pods(world, ns, "app")) == 1, timeout=60)
+
+
+# ---- karpy's RebalanceRecommendationDrift gate, through the interruption queue ----------------------------------
+
+def rebalance_recommendation(instance_id: str) -> str:
+    """An EC2 Instance Rebalance Recommendation as EventBridge delivers it (the shape in the EC2 User Guide)."""
+    return json.dumps({
+        "version": "0", "id": str(uuid.uuid4()), "detail-type": "EC2 Instance Rebalance Recommendation",
+        "source": "aws.ec2", "account": "123456789012", "time": "2026-11-26T02:00:00Z", "region": "us-east-1",
+        "resources": [f"arn:aws:ec2:us-east-1:123456789012:instance/{instance_id}"],
+        "detail": {"instance-id": instance_id}})
+
+
+def test_rebalance_recommendation_drifts_and_replaces_under_the_gate(world: World, kubelet, start_controller):
+    """With RebalanceRecommendationDrift on, the recommendation marks the NodeClaim Drifted/RebalanceRecommendation
+    and the disruption loop replaces it (a new NodeClaim up before the old one goes), its pod moved along."""
+    pool = pool_with(world, "rebalance", LARGE_ONLY, consolidate_after="Never")
+    ns = world.namespace()
+    start_controller(FEATURE_GATES="RebalanceRecommendationDrift=true")
+    world.deployment(ns, "app", 1, pool, cpu="500m")
+    wait_for("the pod running", lambda: len(ready_pods(world, ns, "app")) == 1, timeout=120)
+    claim = world.nodeclaims(pool)[0]
+    name = claim["metadata"]["name"]
+    world.sqs.send_message(QueueUrl=world.queue_url,
+                           MessageBody=rebalance_recommendation(claim["status"]["providerID"].rsplit("/", 1)[-1]))
+
+    def drifted_reason() -> str:
+        for c in world.nodeclaims(pool):
+            if c["metadata"]["name"] == name:
+                cond = next((x for x in (c.get("status") or {}).get("conditions") or [] if x["type"] == "Drifted"), {})
+                return str(cond.get("reason") or "") if cond.get("status") == "True" else ""
+        return "gone"
+
+    wait_for("the NodeClaim Drifted by the recommendation", lambda: drifted_reason() in (
+        "RebalanceRecommendation", "gone"), timeout=120)
+    wait_for("a replacement NodeClaim and the recommended one gone", lambda: name not in {
+        c["metadata"]["name"] for c in world.nodeclaims(pool)} and live_claims(world, pool), timeout=240)
+    wait_for("the pod running on the replacement", lambda: len(ready_pods(world, ns, "app")) == 1, timeout=120)
+    assert "Disrupting NodeClaim: Drifted" in [e.message for e in events(world, "DisruptionTerminating", name)], \
+        "replaced through the disruption queue as a drifted node"
