@@ -308,7 +308,8 @@ def test_rebalance_recommendation_drifts_and_replaces_under_the_gate(world: Worl
     def drifted_reason() -> str:
         for c in world.nodeclaims(pool):
             if c["metadata"]["name"] == name:
-                cond = next((x for x in (c.get("status") or {}).get("conditions") or [] if x["type"] == "Drifted"), {})
+                conditions = (c.get("status") or {}).get("conditions") or []
+                cond: dict[str, Any] = next((x for x in conditions if x["type"] == "Drifted"), {})
                 return str(cond.get("reason") or "") if cond.get("status") == "True" else ""
         return "gone"
 
