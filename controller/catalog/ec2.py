@@ -130,6 +130,11 @@ def _labels(info: dict[str, Any], region: str) -> dict[str, str]:
     return out
 
 
+# the Windows families' node.kubernetes.io/windows-build values (Karpenter's Windows2019/2022/2025 builds)
+WINDOWS_BUILDS = {"windows2019": "10.0.17763", "windows2022": "10.0.20348", "windows2025": "10.0.26100"}
+PRIVATE_IPV4_ADDRESS = "vpc.amazonaws.com/PrivateIPv4Address"
+
+
 def default_max_pods(info: dict[str, Any], reserved_enis: int = 0) -> int:
     """ENI-limited pod density, Karpenter's default when the EC2NodeClass sets no maxPods; RESERVED_ENIS are ENIs the
     VPC CNI may not use for pods (custom networking)."""
@@ -168,9 +173,19 @@ def instance_type_from_ec2(info: dict[str, Any], offerings: list[Offering], *, r
     efa = (info.get("NetworkInfo") or {}).get("EfaInfo") or {}
     if (info.get("NetworkInfo") or {}).get("EfaSupported") and efa.get("MaximumEfaInterfaces"):
         capacity[EFA] = int(efa["MaximumEfaInterfaces"])
+    labels = _labels(info, region)
+    build = WINDOWS_BUILDS.get(ami_family)
+    if build is not None:
+        # Windows AMIs run on amd64 only: any other architecture gets no OS (Karpenter's empty requirement), which
+        # no workload's kubernetes.io/os selects; the build label targets one Windows Server release
+        labels[L.OS] = "windows" if labels[L.ARCH] == "amd64" else ""
+        labels[L.WINDOWS_BUILD] = build
+        # the VPC resource controller's secondary IPv4 addresses, which Windows pods request
+        ips = int((info.get("NetworkInfo") or {}).get("Ipv4AddressesPerInterface") or 1)
+        capacity[PRIVATE_IPV4_ADDRESS] = max(0, ips - 1)
     return InstanceType(
         name=info["InstanceType"],
-        labels=_labels(info, region),
+        labels=labels,
         capacity=capacity,
         overhead=overhead(capacity, max_pods=int(pods), ami_family=ami_family,
                           kube_reserved=kubelet.get("kubeReserved"), system_reserved=kubelet.get("systemReserved"),

@@ -94,6 +94,21 @@ def test_labels_follow_karpenter():
     assert not supported({"ProcessorInfo": {"SupportedArchitectures": ["x86_64_mac"]}})
 
 
+def test_windows_families_target_windows_nodes():
+    """Karpenter's types for a Windows EC2NodeClass: os windows on amd64 (no OS elsewhere), the family's
+    windows-build, and the VPC resource controller's private IPv4 addresses as capacity."""
+    linux = instance_type_from_ec2(M5_LARGE, [], region="us-east-1")
+    assert linux.labels[L.OS] == "linux" and L.WINDOWS_BUILD not in linux.labels
+    assert "vpc.amazonaws.com/PrivateIPv4Address" not in linux.capacity
+    m5 = instance_type_from_ec2(M5_LARGE, [], region="us-east-1", ami_family="windows2022")
+    assert m5.labels[L.OS] == "windows" and m5.labels[L.WINDOWS_BUILD] == "10.0.20348"
+    assert m5.capacity["vpc.amazonaws.com/PrivateIPv4Address"] == 9
+    assert instance_type_from_ec2(M5_LARGE, [], region="us-east-1",
+                                  ami_family="windows2019").labels[L.WINDOWS_BUILD] == "10.0.17763"
+    arm = instance_type_from_ec2(C7G_XLARGE, [], region="us-east-1", ami_family="windows2025")
+    assert arm.labels[L.OS] == "" and arm.labels[L.WINDOWS_BUILD] == "10.0.26100"
+
+
 def test_price_model_is_sane():
     assert estimate_on_demand(M5_LARGE) == pytest.approx(0.096, rel=0.01)
     bigger = dict(M5_LARGE, InstanceType="m5.xlarge", VCpuInfo={"DefaultVCpus": 4}, MemoryInfo={"SizeInMiB": 16384})
@@ -144,3 +159,49 @@ def test_vm_memory_overhead_and_reserved_enis_shape_capacity():
     assert tuned.capacity["pods"] == 2 * 9 + 2  # one ENI kept out for custom networking
     assert default.capacity["memory"] == int(8192 * 0.925) * 1024**2
     assert tuned.capacity["memory"] == int(8192 * 0.9) * 1024**2
+
+
+WINDOWS_DOCS = """\
+apiVersion: karpenter.k8s.aws/v1
+kind: EC2NodeClass
+metadata: {name: win}
+spec:
+  role: r
+  amiSelectorTerms: [{alias: windows2022@latest}]
+  subnetSelectorTerms: [{tags: {a: b}}]
+  securityGroupSelectorTerms: [{tags: {a: b}}]
+---
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata: {name: win}
+spec:
+  template:
+    spec:
+      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: win}
+      requirements: [{key: kubernetes.io/os, operator: In, values: [windows]}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: iis, namespace: default}
+spec:
+  nodeSelector: {kubernetes.io/os: windows, node.kubernetes.io/windows-build: "10.0.20348"}
+  containers: [{name: c, image: x, resources: {requests: {cpu: "1", memory: 1Gi}}}]
+"""
+
+
+def test_a_windows_pod_gets_a_windows_nodeclaim(tmp_path) -> None:
+    """`karpy simulate`: a pod selecting Windows Server 2022 lands on the windows2022 EC2NodeClass's types."""
+    import json
+
+    from click.testing import CliRunner
+
+    from cli import main
+
+    path = tmp_path / "win.yaml"
+    path.write_text(WINDOWS_DOCS)
+    result = CliRunner().invoke(main, ["simulate", "-f", str(path), "-o", "json"])
+    assert result.exit_code == 0, result.output
+    claims = json.loads(result.output)["nodeClaims"]
+    assert len(claims) == 1 and claims[0]["nodePool"] == "win" and claims[0]["pods"] == ["default/iis"]
+    arch = {it.name: it.labels[L.ARCH] for it in load_catalog().instance_types}
+    assert {arch[name] for name in claims[0]["instanceTypeOptions"]} == {"amd64"}  # Windows runs on amd64 only
