@@ -14,7 +14,6 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from controller import metrics as M
 from controller.disruption import events as E
@@ -46,7 +45,7 @@ METHOD_REASON = {EMPTINESS: "empty", STATIC_DRIFT: "drifted", DRIFT: "drifted",
                  MULTI_NODE_CONSOLIDATION: "underutilized", SINGLE_NODE_CONSOLIDATION: "underutilized"}
 
 ComputePass = Callable[[Snapshot, Options], Pass]
-Validate = Callable[[Snapshot, Command, Options], Any]
+Validate = Callable[[Snapshot, Command, Options], "str | None"]  # why the command is no longer valid, else None
 
 
 def _core_compute(snapshot: Snapshot, options: Options) -> Pass:
@@ -55,19 +54,10 @@ def _core_compute(snapshot: Snapshot, options: Options) -> Pass:
     return compute_pass(snapshot, options)
 
 
-def _core_validate(snapshot: Snapshot, command: Command, options: Options) -> Any:
+def _core_validate(snapshot: Snapshot, command: Command, options: Options) -> str | None:
     from controller.disruption.core import validate
 
     return validate(command, snapshot, options)
-
-
-def validation_outcome(result: Any) -> tuple[bool, str]:
-    """Read what validate returned: why the command is no longer valid, None (or "") when it still is; a bool too."""
-    if isinstance(result, bool):
-        return result, "" if result else "command is no longer valid"
-    if result is None or result == "":
-        return True, ""
-    return False, str(result)
 
 
 @dataclass
@@ -179,10 +169,10 @@ class DisruptionController:
         for p in pending:
             cmd = p.command
             try:
-                ok, why = validation_outcome(self.validate(snapshot, cmd, self.options))
+                why = self.validate(snapshot, cmd, self.options) or ""
             except Exception as e:  # a validation that cannot run is a failed one
-                ok, why = False, f"validation failed, {str(e)[:200]}"
-            if ok:
+                why = f"validation failed, {str(e)[:200]}"
+            if not why:
                 valid.append(p)
                 continue
             M.DISRUPTION_FAILED_VALIDATIONS.labels(consolidation_type=consolidation_type(cmd.method)).inc()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from controller.disruption import events as E
-from controller.disruption.controller import validation_outcome
 from controller.disruption.queue import consolidation_type, describe, snake, termination_mode
 from controller.disruption.types import (
     DRIFT,
@@ -36,14 +35,6 @@ def test_label_values_as_karpenter_writes_them() -> None:
 def test_command_string_as_karpenter_logs_it() -> None:
     delete = Command(method=EMPTINESS, reason="Empty", candidates=[_candidate("a"), _candidate("b", "other")])
     assert describe(delete, "id1") == "Empty/id1: delete: nodepools=[default,other]: [node-a, node-b] (savings: $0.40)"
-
-
-def test_validation_outcomes() -> None:
-    assert validation_outcome(True) == (True, "")
-    assert validation_outcome("") == (True, "")
-    assert validation_outcome("pods moved") == (False, "pods moved")
-    assert validation_outcome(False)[0] is False
-    assert validation_outcome(None) == (True, "")
 
 
 def test_event_messages_and_targets() -> None:
