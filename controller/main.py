@@ -91,7 +91,8 @@ def build_cloud(settings: Settings, client: KubeClient) -> tuple[CloudProvider, 
     facts = _cluster_facts(settings, client, clients)
     provider = AWSCloudProvider(cluster=facts.get(), region=region,
                                 k8s_version=client.server_version(), ec2=clients.ec2, ssm=clients.ssm,
-                                iam=clients.iam, instance_types=types, facts=facts.get)
+                                iam=clients.iam, instance_types=types, facts=facts.get,
+                                reserved_capacity=settings.feature_gates.get("ReservedCapacity", True))
     return MeteredCloudProvider(provider, "aws"), clients
 
 
