@@ -293,6 +293,15 @@ def wire(settings: Settings, client: KubeClient, cloud: CloudProvider, aws: Any,
             # DescribeInstanceStatus every minute: instance health with or without an interruption queue
             health = InstanceStatusController(cluster, client, aws.ec2, recorder, is_leader=is_leader)
             rt.threads.append(_thread("interruption.instancestatus", health.run, rt.lead_stop))
+            if settings.feature_gates.get("ReservedCapacity", True):
+                from controller.capacityreservation.controllers import CapacityTypeController, ExpirationController
+
+                # every minute: reserved nodes whose reservation ended become on-demand; expiring capacity blocks
+                # have their nodes replaced
+                rt.threads.append(_thread("capacityreservation.capacitytype",
+                                          CapacityTypeController(cluster, client, cloud).run, rt.lead_stop))
+                rt.threads.append(_thread("capacityreservation.expiration",
+                                          ExpirationController(cluster, client, aws.ec2).run, rt.lead_stop))
             if settings.interruption_queue:
                 from controller.interruption.controller import InterruptionController
 
