@@ -16,7 +16,6 @@ LocalStack stand-ins (the rest is LocalStack's EC2 and the real kube-apiserver):
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import uuid
 from collections.abc import Callable
@@ -32,7 +31,7 @@ from controller.kube import resources as R
 from controller.kube.client import KubeClient
 from controller.kube.errors import NotFoundError
 from tests.integration.aws_world import launch_for, make_world
-from tests.kubetest import wait_for
+from tests.kubetest import remove_claims_and_nodes, wait_for
 
 pytestmark = [pytest.mark.localstack, pytest.mark.kube,
               pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")]
@@ -73,16 +72,6 @@ def _node(kc: KubeClient, claim: dict[str, Any], pid: str) -> str:
     return name
 
 
-def _cleanup(kc: KubeClient, claims: list[str], nodes: list[str]) -> None:
-    for name in claims:
-        with contextlib.suppress(NotFoundError):
-            kc.patch(R.NODECLAIMS, name, {"metadata": {"finalizers": []}})
-            kc.delete(R.NODECLAIMS, name)
-    for name in nodes:
-        with contextlib.suppress(NotFoundError):
-            kc.delete(R.NODES, name)
-
-
 def test_nodes_whose_reservation_ended_are_relabelled_on_demand(kube, world):
     kc, cluster, _ = kube
     provider, nodeclass = world
@@ -121,7 +110,7 @@ def test_nodes_whose_reservation_ended_are_relabelled_on_demand(kube, world):
             assert obj["metadata"]["labels"][L.CAPACITY_RESERVATION_ID] == kept_rid
     finally:
         ec2.meta.events.unregister("after-call.ec2.DescribeInstances", still_reserved)
-        _cleanup(kc, claims, nodes)
+        remove_claims_and_nodes(kc, claims, nodes)
 
 
 def test_nodeclaims_of_an_expiring_capacity_block_are_deleted(kube, world):
@@ -158,4 +147,4 @@ def test_nodeclaims_of_an_expiring_capacity_block_are_deleted(kube, world):
         assert kc.get(R.NODECLAIMS, lasting["metadata"]["name"])["metadata"].get("deletionTimestamp") is None
     finally:
         ec2.meta.events.unregister("before-call.ec2.DescribeCapacityReservations", answer)
-        _cleanup(kc, claims, [])
+        remove_claims_and_nodes(kc, claims, [])
