@@ -1,7 +1,7 @@
 """Launching into capacity reservations against LocalStack's EC2, as Karpenter's AWS provider does: reserved offerings
 from the EC2NodeClass status, a launch template targeting the reservation, CreateFleet's request, the reservation's
-labels on the launched node, the reservation counted down, and a refused reservation (ReservationCapacityExceeded)
-marked as having no room with the launch falling back to on-demand.
+labels on the launched node, the reservation counted down (and up again once its instance is gone), and a refused
+reservation (ReservationCapacityExceeded) marked as having no room with the launch falling back to on-demand.
 
 What LocalStack does not serve, and how it is stood in for (each in the test that needs it):
 - DescribeCapacityReservations (and CreateCapacityReservation) are not implemented: a botocore before-call hook on
@@ -23,7 +23,7 @@ from botocore.awsrequest import AWSResponse
 
 from controller.api import labels as L
 from controller.cloud.aws import capacityreservations
-from controller.cloud.aws.errors import InsufficientCapacityError
+from controller.cloud.aws.errors import InsufficientCapacityError, NodeClaimNotFoundError
 from controller.cloud.aws.launchtemplates import NAME_PREFIX
 from controller.cloud.provider import NodeClass
 from tests.integration.aws_world import launch_for, make_world
@@ -125,6 +125,7 @@ def test_a_nodeclaim_holding_a_reservation_launches_into_it_with_its_labels(worl
     assert node.labels[L.CAPACITY_RESERVATION_ID] == world["rid"]
     assert node.labels[L.CAPACITY_RESERVATION_TYPE] == "default"
     assert node.labels[L.CAPACITY_RESERVATION_INTERRUPTIBLE] == "false"
+    reserved_node = node
     # counted down: the next listing offers the reservation as unavailable, and a NodeClaim that allows on-demand
     # launches there, through a template that opts out of open reservations
     assert provider.reservations.count(world["rid"]) == 0
@@ -136,6 +137,11 @@ def test_a_nodeclaim_holding_a_reservation_launches_into_it_with_its_labels(worl
     assert node.capacity_type == L.CAPACITY_TYPE_ON_DEMAND and L.CAPACITY_RESERVATION_ID not in node.labels
     assert _template_data(ec2, requests[0])["CapacityReservationSpecification"] == {
         "CapacityReservationPreference": "none"}
+    # the reserved instance terminated and gone: its room is back (Karpenter's MarkTerminated)
+    provider.delete(reserved_node.provider_id)
+    with pytest.raises(NodeClaimNotFoundError):
+        provider.delete(reserved_node.provider_id)
+    assert provider.reservations.count(world["rid"]) == 1
 
 
 def test_a_refused_reservation_is_marked_unavailable_and_the_launch_falls_back(world):

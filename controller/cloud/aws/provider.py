@@ -42,6 +42,8 @@ from controller.cloud.provider import LaunchedNode, LaunchRequest, NodeClass
 
 DISCOVERY_TTL_SECONDS = 60.0
 MAX_DISCOVERED = 3 * 1024  # three entries per EC2NodeClass
+MAX_RESERVED_INSTANCES = 100_000
+RESERVED_INSTANCE_TTL_SECONDS = 86_400.0
 
 
 def resolved_from_status(nodeclass: NodeClass) -> tuple[list[Subnet], list[SecurityGroup], list[AMI],
@@ -82,6 +84,10 @@ class AWSCloudProvider:
         self.reserved_capacity = reserved_capacity
         # room left per capacity reservation: synced by the status controller, counted down by launches
         self.reservations = reservations or ReservationAvailability()
+        # providerID -> the capacity reservation its instance runs in (as last seen), so that a deleted one gives its
+        # room back (Karpenter's MarkTerminated); a day bounds what a vanished instance leaves here
+        self._reserved_of: TTLCache[str, str] = TTLCache(MAX_RESERVED_INSTANCES, RESERVED_INSTANCE_TTL_SECONDS,
+                                                         timer=clock)
         # subnets, security groups and AMIs resolved here (when the status controller has not), for a minute
         self._discovered: TTLCache[str, Any] = TTLCache(MAX_DISCOVERED, DISCOVERY_TTL_SECONDS, timer=clock)
         self._discovered_lock = threading.Lock()
@@ -231,6 +237,7 @@ class AWSCloudProvider:
         labels = dict(it.labels) if it else {L.INSTANCE_TYPE: inst.instance_type}
         labels.update({L.ZONE: inst.zone, L.CAPACITY_TYPE: inst.capacity_type})
         if inst.capacity_type == L.CAPACITY_TYPE_RESERVED and inst.reservation_id:
+            self._reserved_of[inst.provider_id] = inst.reservation_id
             # Karpenter's instanceToNodeClaim: the reservation's labels on reserved NodeClaims only
             labels.update({L.CAPACITY_RESERVATION_ID: inst.reservation_id,
                            L.CAPACITY_RESERVATION_TYPE: inst.reservation_type or "default",
@@ -316,5 +323,12 @@ class AWSCloudProvider:
                                reservation_id=str(d.get("CapacityReservationId") or ""))
 
     def delete(self, provider_id: str) -> None:
-        """Terminate the machine."""
-        instances.delete(self.ec2, provider_id)
+        """Terminate the machine. Once it is gone (NodeClaimNotFoundError), the capacity reservation it ran in has
+        its room back until EC2's next count (Karpenter's MarkTerminated)."""
+        try:
+            instances.delete(self.ec2, provider_id)
+        except NodeClaimNotFoundError:
+            rid = self._reserved_of.pop(provider_id, "")
+            if rid:
+                self.reservations.mark_terminated(rid)
+            raise
