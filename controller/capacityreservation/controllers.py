@@ -4,9 +4,8 @@ pkg/controllers/capacityreservation), each a singleton pass every minute on the 
 capacitytype: EC2 is asked what each instance is (CloudProvider.list: reserved only while it runs in the reservation it
 was launched into). A NodeClaim labelled `reserved` whose instance EC2 now reports as on-demand (the reservation
 ended or was cancelled and the instance kept running) is relabelled on-demand and loses the capacity reservation
-labels, and so is its registered Node; the NodeClaim's requirements (capacity type reserved) then no longer match its
-labels, so drift replaces it as Karpenter's does. Deleting NodeClaims are left alone; on-demand never becomes
-reserved.
+labels, and so is its registered Node: scheduling and consolidation then see it at its on-demand price. Deleting
+NodeClaims are left alone; on-demand never becomes reserved.
 
 expiration: the reservations of reserved NodeClaims are described by ID; a NodeClaim whose reservation is a capacity
 block within 40 minutes of its end (`expiring`, as the EC2NodeClass status says it) is deleted, so its pods move
