@@ -1,8 +1,9 @@
 """The in-progress NodeClaim of a solve (Karpenter's scheduling.NodeClaim) and the NodeClaim a plan would create.
 
 A NodeClaim keeps the set of instance types that can still hold its pods as a mask over its pool's
-InstanceTypeIndex; at the end it launches the cheapest offering of the cheapest type that fits (spot first when the
-NodeClaim allows spot). `Bin` is what NodeClaims and existing nodes share: a place pods can go.
+InstanceTypeIndex; at the end it launches the cheapest offering of the cheapest type that fits (a capacity reservation
+it holds first, controller.scheduling.reservations; else spot first when the NodeClaim allows spot). `Bin` is what
+NodeClaims and existing nodes share: a place pods can go.
 """
 
 from __future__ import annotations

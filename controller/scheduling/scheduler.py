@@ -9,8 +9,10 @@ Shape of the algorithm (Karpenter's, made fast):
 - Pods left over are retried (from their full preferences) while a pass places some, as Karpenter's queue does: a pod
   whose affinity target was placed after it gets its turn.
 - A NodeClaim keeps the set of instance types (a mask over its pool's InstanceTypeIndex) that can still hold its pods;
-  at the end it launches the cheapest offering of the cheapest type that fits (spot first when the NodeClaim allows
-  spot).
+  at the end it launches the cheapest offering of the cheapest type that fits (a capacity reservation it holds first,
+  else spot first when the NodeClaim allows spot). Capacity reservations are held as Karpenter holds them
+  (controller.scheduling.reservations): strictly by the provisioner, whose pods wait for a later pass rather than
+  fall back from a compatible reservation that is fully held.
 - Preferences (preferred node affinity, preferred pod (anti-)affinity, ScheduleAnyway spreads, PreferNoSchedule
   taints) are first treated as required and relaxed one at a time, in Karpenter's order, for pods that cannot be
   placed (controller.scheduling.preferences).
