@@ -215,3 +215,29 @@ def test_instance_capacity_type_is_reserved_only_when_launched_into_the_reservat
         "CapacityReservationPreference": "open"})).capacity_type == "on-demand"
     assert instances.from_description(_described(CapacityReservationSpecification=targeted)).capacity_type == \
         "on-demand"
+
+
+class _Listing:
+    """The instance-type provider's shared listing, as AWSCloudProvider reads it."""
+
+    def __init__(self) -> None:
+        self.unavailable = UnavailableOfferings()
+        self.pricing = type("Pricing", (), {"on_demand_price": staticmethod(OD.get)})()
+        self.types = [_it("m5.large"), _it("m5.xlarge")]
+
+    def list(self, kubelet: object = None, ami_family: str = "al2023") -> list[InstanceType]:
+        return self.types
+
+
+@pytest.mark.parametrize("gate", [True, False])
+def test_the_reserved_capacity_gate_decides_whether_reservations_are_offered(gate):
+    from controller.cloud.aws.provider import AWSCloudProvider
+    from controller.cloud.aws.userdata import ClusterInfo
+
+    provider = AWSCloudProvider(cluster=ClusterInfo("c", "https://x", "Q0E="), region="us-east-1", k8s_version="1.31",
+                                ec2=None, ssm=None, iam=None, instance_types=_Listing(),
+                                reserved_capacity=gate)
+    provider.reservations.sync({"cr-1": 1})
+    nc = NodeClass("x", subnets=(), capacity_reservations=(_cr("cr-1"),))
+    offered = _reserved(provider.get_instance_types(nc), "m5.large")
+    assert [o.reservation_id for o in offered] == (["cr-1"] if gate else [])
