@@ -91,7 +91,8 @@ def build_cloud(settings: Settings, client: KubeClient) -> tuple[CloudProvider, 
     facts = _cluster_facts(settings, client, clients)
     provider = AWSCloudProvider(cluster=facts.get(), region=region,
                                 k8s_version=client.server_version(), ec2=clients.ec2, ssm=clients.ssm,
-                                iam=clients.iam, instance_types=types, facts=facts.get)
+                                iam=clients.iam, instance_types=types, facts=facts.get,
+                                reserved_capacity=settings.feature_gates.get("ReservedCapacity", True))
     return MeteredCloudProvider(provider, "aws"), clients
 
 
@@ -292,6 +293,15 @@ def wire(settings: Settings, client: KubeClient, cloud: CloudProvider, aws: Any,
             # DescribeInstanceStatus every minute: instance health with or without an interruption queue
             health = InstanceStatusController(cluster, client, aws.ec2, recorder, is_leader=is_leader)
             rt.threads.append(_thread("interruption.instancestatus", health.run, rt.lead_stop))
+            if settings.feature_gates.get("ReservedCapacity", True):
+                from controller.capacityreservation.controllers import CapacityTypeController, ExpirationController
+
+                # every minute: reserved nodes whose reservation ended become on-demand; expiring capacity blocks
+                # have their nodes replaced
+                rt.threads.append(_thread("capacityreservation.capacitytype",
+                                          CapacityTypeController(cluster, client, cloud).run, rt.lead_stop))
+                rt.threads.append(_thread("capacityreservation.expiration",
+                                          ExpirationController(cluster, client, aws.ec2).run, rt.lead_stop))
             if settings.interruption_queue:
                 from controller.interruption.controller import InterruptionController
 

@@ -67,3 +67,17 @@ def wait_for(what: str, probe: Callable[[], T | None], timeout: float = 60.0, in
             return last
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {str(last)[:300]})")
+
+
+def remove_claims_and_nodes(kc: Any, claims: list[str], nodes: list[str]) -> None:
+    """Delete a test's NodeClaims and Nodes, finalizers dropped first (nothing runs to remove them)."""
+    from controller.kube import resources as R
+    from controller.kube.errors import NotFoundError
+
+    for res, names in ((R.NODECLAIMS, claims), (R.NODES, nodes)):
+        for name in names:
+            try:
+                kc.patch(res, name, {"metadata": {"finalizers": []}})
+                kc.delete(res, name)
+            except NotFoundError:
+                continue

@@ -21,6 +21,11 @@ class Offering:
     available: bool = True
     zone_id: str = ""
     reservation_id: str = ""
+    # a reserved offering's capacity reservation: how many instances it still has room for (Karpenter's
+    # ReservationCapacity), its type (default | capacity-block) and whether EC2 may reclaim it (interruptible ODCR)
+    reservation_capacity: int = 0
+    reservation_type: str = ""
+    reservation_interruptible: bool = False
 
 
 @dataclass(slots=True)

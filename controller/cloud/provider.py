@@ -81,6 +81,19 @@ class ResolvedAMI:
 
 
 @dataclass(frozen=True)
+class ResolvedCapacityReservation:
+    """A capacity reservation the node class's status controller resolved (status.capacityReservations)."""
+
+    id: str
+    zone: str
+    instance_type: str
+    reservation_type: str = "default"  # default | capacity-block
+    interruptible: bool = False
+    state: str = "active"  # active | expiring
+    end_time: str = ""
+
+
+@dataclass(frozen=True)
 class NodeClass:
     """An EC2NodeClass as a cloud provider reads it: the launch settings of its spec and what its status controller
     resolved (subnets ordered by free IPs, security groups, AMIs, instance profile; empty until resolved)."""
@@ -103,6 +116,7 @@ class NodeClass:
     security_groups: tuple[ResolvedSecurityGroup, ...] = ()
     amis: tuple[ResolvedAMI, ...] = ()
     status_instance_profile: str = ""
+    capacity_reservations: tuple[ResolvedCapacityReservation, ...] = ()
 
     @classmethod
     def from_manifest(cls, nodeclass: Mapping[str, Any]) -> NodeClass:
@@ -134,7 +148,14 @@ class NodeClass:
                           for s in status.get("subnets") or [] if s.get("id") and s.get("zone")),
             security_groups=tuple(ResolvedSecurityGroup(str(g["id"]), str(g.get("name") or ""))
                                   for g in status.get("securityGroups") or [] if g.get("id")),
-            amis=tuple(amis), status_instance_profile=str(status.get("instanceProfile") or ""))
+            amis=tuple(amis), status_instance_profile=str(status.get("instanceProfile") or ""),
+            capacity_reservations=tuple(
+                ResolvedCapacityReservation(
+                    str(r["id"]), str(r.get("availabilityZone") or ""), str(r.get("instanceType") or ""),
+                    str(r.get("reservationType") or "default"), r.get("interruptible") is True,
+                    str(r.get("state") or "active"), str(r.get("endTime") or ""))
+                for r in status.get("capacityReservations") or []
+                if isinstance(r, dict) and r.get("id") and r.get("instanceType")))
 
 
 @dataclass(frozen=True)

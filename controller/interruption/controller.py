@@ -2,8 +2,9 @@
 instances they name.
 
 Spot interruption warning: the offering (instance type, zone, spot) is marked unavailable and the NodeClaim deleted
-(the termination controller cordons and drains it; its pods are provisioned anew). Scheduled change, instance
-stopping/stopped/shutting-down/terminated and capacity-reservation interruption: the NodeClaim is deleted.
+(the termination controller cordons and drains it; its pods are provisioned anew). Capacity-reservation interruption:
+the NodeClaim's reservation is marked as having no room (its replacement goes elsewhere) and the NodeClaim deleted.
+Scheduled change and instance stopping/stopped/shutting-down/terminated: the NodeClaim is deleted.
 Rebalance recommendation: an event only (with karpy's RebalanceRecommendationDrift gate, also Drifted/
 RebalanceRecommendation on the NodeClaim, replaced by the disruption loop within the Drifted budget). Events carry
 Karpenter's reasons and messages. Instance ids are validated before anything is looked up; an event for an instance
@@ -185,6 +186,10 @@ class InterruptionController:
         self._publish(claim, node, type_, reason, message, message)
         if kind == SPOT_INTERRUPTED:
             self._mark_unavailable(claim, node, pid, extra)
+        rid = (claim["metadata"].get("labels") or {}).get(L.CAPACITY_RESERVATION_ID)
+        reservations = getattr(self.cloud, "reservations", None)
+        if kind == CAPACITY_RESERVATION_INTERRUPTED and rid and reservations is not None:
+            reservations.mark_unavailable(rid)  # Karpenter's markUnavailableOfferings for reservations
         if kind == REBALANCE_RECOMMENDATION and self.rebalance_drift:
             self._mark_drifted(claim, extra)
         if action != Action.CORDON_AND_DRAIN or claim["metadata"].get("deletionTimestamp"):

@@ -144,7 +144,8 @@ class NodeClassController:
         if self.reserved_capacity:
             try:
                 reservations = capacityreservations.resolve(
-                    self.provider.ec2, spec.get("capacityReservationSelectorTerms") or [], dt.datetime.now(dt.UTC))
+                    self.provider.ec2, spec.get("capacityReservationSelectorTerms") or [], dt.datetime.now(dt.UTC),
+                    getattr(self.provider, "reservations", None))
                 outcomes[CAPACITY_RESERVATIONS_READY] = _Outcome({"capacityReservations": reservations or None}, True)
             except (ClientError, BotoCoreError) as e:
                 errors.append(e)

@@ -36,6 +36,7 @@ from controller.scheduling.pod import Pod
 from controller.scheduling.policies import relax_min_values as relax_min_values  # re-exported
 from controller.scheduling.policies import solve
 from controller.scheduling.policies import without_preferences as without_preferences  # re-exported
+from controller.scheduling.reservations import STRICT
 from controller.scheduling.scheduler import Plan
 from controller.scheduling.types import ExistingNode, SchedNodePool
 from controller.settings import format_duration
@@ -440,7 +441,13 @@ class Provisioner:
                          "deleting-pods": len(raw_pods) - len(pending), "nodepools": len(pools),
                          "existing-nodes": len(existing)})
         # PREFERENCE_POLICY and MIN_VALUES_POLICY as `karpy simulate` applies them too
-        plan = solve(pools, existing, daemonsets, pods, self.preference_policy, self.min_values_policy)
+        plan = solve(pools, existing, daemonsets, pods, self.preference_policy, self.min_values_policy,
+                     reserved_mode=STRICT)
+        if plan.deferred:
+            # not unschedulable (no event, not counted): a later pass may find the reservation free or exhausted
+            log.debug("deferring scheduling decision for provisionable pod(s) to future simulation due to limited "
+                      "reserved offering capacity", extra={"controller": "provisioner",
+                                                           "Pods": ", ".join(list(plan.deferred)[:5])})
         M.SCHEDULING_DURATION.labels(controller="provisioner").observe(time.perf_counter() - started)
         if plan.node_claims:
             log.info("found provisionable pod(s)", extra={

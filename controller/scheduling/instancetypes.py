@@ -24,18 +24,23 @@ INF = float("inf")
 
 class OfferingFilter:
     """The one offering/requirement compatibility predicate (scheduler, CreateFleet overrides, the fake cloud):
-    whether an offering's zone, zone ID, capacity type and capacity reservation satisfy a set of requirements, as
-    Karpenter's Offerings.Compatible. Built once per requirement set; allows() is then a few comparisons."""
+    whether an offering's zone, zone ID, capacity type and capacity reservation (ID, type, interruptible) satisfy a
+    set of requirements, as Karpenter's Offerings.Compatible. Built once per requirement set; allows() is then a few
+    comparisons."""
 
-    __slots__ = ("_capacity_type", "_reservation", "_unconstrained", "_zone", "_zone_id")
+    __slots__ = ("_capacity_type", "_interruptible", "_reservation", "_reservation_type", "_unconstrained", "_zone",
+                 "_zone_id")
 
     def __init__(self, reqs: Requirements) -> None:
         self._zone = reqs.get(L.ZONE)
         self._zone_id = reqs.get(L.ZONE_ID)
         self._capacity_type = reqs.get(L.CAPACITY_TYPE)
         self._reservation = reqs.get(L.CAPACITY_RESERVATION_ID)
+        self._reservation_type = reqs.get(L.CAPACITY_RESERVATION_TYPE)
+        self._interruptible = reqs.get(L.CAPACITY_RESERVATION_INTERRUPTIBLE)
         self._unconstrained = (self._zone is None and self._zone_id is None and self._capacity_type is None
-                               and self._reservation is None)
+                               and self._reservation is None and self._reservation_type is None
+                               and self._interruptible is None)
 
     def allows(self, o: Offering) -> bool:
         """Whether the offering meets the requirements (availability is the caller's question: a DaemonSet counts
@@ -48,10 +53,18 @@ class OfferingFilter:
             return False
         if self._capacity_type is not None and not self._capacity_type.has(o.capacity_type):
             return False
-        if self._reservation is not None:
-            # only reserved offerings carry a reservation ID; requiring one rules the others out
-            return self._reservation.has(o.reservation_id) if o.reservation_id else self._reservation.allows_absent()
-        return True
+        if self._reservation is not None and not (
+                # only reserved offerings carry a reservation ID; requiring one rules the others out
+                self._reservation.has(o.reservation_id) if o.reservation_id else self._reservation.allows_absent()):
+            return False
+        if self._reservation_type is not None and not (
+                self._reservation_type.has(o.reservation_type) if o.reservation_id
+                else self._reservation_type.allows_absent()):
+            return False
+        if self._interruptible is None:
+            return True
+        return (self._interruptible.has(str(o.reservation_interruptible).lower()) if o.reservation_id
+                else self._interruptible.allows_absent())
 
 
 def labels_compatible(it: InstanceType, reqs: Requirements) -> bool:
@@ -110,6 +123,11 @@ class InstanceTypeIndex:
         self.min_price = self.price.reshape(n, -1).min(axis=1) if n else np.zeros(0)
         order = np.argsort(self.min_price, kind="stable")
         self.types = [types[i] for i in order]
+        # the available reserved offerings the pool allows, by type row (cheapest first): what NodeClaims of the
+        # pool may hold reservations of (controller.scheduling.reservations); empty for most pools
+        self.reserved: list[tuple[int, Offering]] = [
+            (row, o) for row, old in enumerate(order.tolist()) for o in offers[old]
+            if o.capacity_type == L.CAPACITY_TYPE_RESERVED and o.reservation_id]
         self.price = self.price[order]
         self.min_price = self.min_price[order]
         self._daemon_groups(list(daemonsets))

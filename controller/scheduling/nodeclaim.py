@@ -1,8 +1,9 @@
 """The in-progress NodeClaim of a solve (Karpenter's scheduling.NodeClaim) and the NodeClaim a plan would create.
 
 A NodeClaim keeps the set of instance types that can still hold its pods as a mask over its pool's
-InstanceTypeIndex; at the end it launches the cheapest offering of the cheapest type that fits (spot first when the
-NodeClaim allows spot). `Bin` is what NodeClaims and existing nodes share: a place pods can go.
+InstanceTypeIndex; at the end it launches the cheapest offering of the cheapest type that fits (a capacity reservation
+it holds first, controller.scheduling.reservations; else spot first when the NodeClaim allows spot). `Bin` is what
+NodeClaims and existing nodes share: a place pods can go.
 """
 
 from __future__ import annotations
@@ -16,17 +17,37 @@ from controller.catalog.types import InstanceType
 from controller.scheduling.instancetypes import (
     CAPACITY_TYPES,
     InstanceTypeIndex,
+    OfferingFilter,
     column_max,
     column_min,
     fit_count,
     holds,
 )
 from controller.scheduling.pod import AffinityTerm, Pod
-from controller.scheduling.requirements import Requirements
+from controller.scheduling.requirements import Requirement, Requirements
+from controller.scheduling.reservations import ReservationManager
 from controller.scheduling.types import Taint
 
 FEW = 64  # room() tests "takes all `want` pods" by comparison up to this many pods ...
 NO_OVERFLOW = 1 << 56  # ... and requests below this (want x request stays within int64)
+
+
+def reserved_fits(ix: InstanceTypeIndex, manager: ReservationManager, host: str, merged: Requirements,
+                  rows: np.ndarray, k: np.ndarray) -> tuple[int, int]:
+    """Among the reserved offerings of the types in rows (sorted; each type holding k[i] more pods) that merged
+    allows: the most pods a type with one holds, and the most a type with one that NodeClaim `host` can hold holds
+    (0 when none)."""
+    allowed = OfferingFilter(merged)
+    compatible = reservable = 0
+    for row, o in ix.reserved:
+        i = int(np.searchsorted(rows, row))
+        if i >= rows.size or rows[i] != row or not allowed.allows(o):
+            continue
+        fit = int(k[i])
+        compatible = max(compatible, fit)
+        if fit > reservable and manager.can_reserve(host, o.reservation_id):
+            reservable = fit
+    return compatible, reservable
 
 
 @dataclass
@@ -98,13 +119,19 @@ class NodeClaim(Bin):
     def __init__(self, name: str, index: InstanceTypeIndex, requirements: Requirements, taints: list[Taint],
                  used: np.ndarray, mask: np.ndarray,
                  fit: tuple[Requirements, frozenset[tuple[str, str, int]], np.ndarray, np.ndarray] | None = None,
-                 types: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> None:
+                 types: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+                 reservations: ReservationManager | None = None, strict: bool = False) -> None:
         """fit: the pod requirements, host ports, types (indexes into mask's True entries) and per-type pod counts
         the NodeClaim is opened for, so that its first add() needs no second fit test. types: mask's True entries,
-        their free room on an empty node and its per-resource maximum, when the caller knows them (read-only)."""
+        their free room on an empty node and its per-resource maximum, when the caller knows them (read-only).
+        reservations: the solve's capacity reservations, when the pool has reserved offerings; strict: the
+        provisioner's mode (a pod is not added where the NodeClaim would lose its reserved offerings)."""
         super().__init__(name, requirements, taints, used)
         self.index = index
         self.mask = mask
+        self.manager = reservations if index.reserved else None
+        self.strict = strict
+        self.held: tuple[str, ...] = ()  # the reservation IDs this NodeClaim holds, in offering order
         # the last room() answer (pod requirements, host ports, the NodeClaim's requirements with them, the types
         # considered, their fit counts or which of them take `want` pods, want), for the add() that follows it
         self._room: tuple[Requirements, frozenset[tuple[str, str, int]], Requirements, np.ndarray,
@@ -193,6 +220,10 @@ class NodeClaim(Bin):
             merged, mask, rows, free = hit
         if not rows.size:
             return 0
+        if self.manager is not None:
+            k = fit_count(free - self.used[None, :], req)
+            self._room = (reqs, ports, merged, rows, k, None, 0)
+            return self.reserved_cap(merged, rows, k, min(want, ix.min_values_cap(mask, k, merged)))
         if want <= FEW and not ix.has_min_values and req.max() < NO_OVERFLOW:
             # usually some type takes all `want` pods: one comparison per type, no division (the types that take
             # them are those whose fit count reaches want, as types keep at least the used resources free); and
@@ -208,6 +239,33 @@ class NodeClaim(Bin):
         k = fit_count(free - self.used[None, :], req)
         self._room = (reqs, ports, merged, rows, k, None, 0)  # add() of the same pods narrows the mask from these
         return min(want, ix.min_values_cap(mask, k, merged))
+
+    def reserved_cap(self, merged: Requirements, rows: np.ndarray, k: np.ndarray, n: int) -> int:
+        """Of n pods, how many the NodeClaim may take without breaking Karpenter's strict reserved-offering rule: once
+        it holds reservations, only while one of them stays launchable; holding none, none at all when a compatible
+        reservation is there but cannot be held (fallback mode: all n)."""
+        if not self.strict or n <= 0 or self.manager is None:
+            return n
+        compatible, reservable = reserved_fits(self.index, self.manager, self.name, merged, rows, k)
+        if not self.held and compatible < 1:
+            return n  # no reserved offering survives even one pod: nothing to keep
+        return min(n, reservable)
+
+    def _hold(self) -> None:
+        """Hold every reservation the NodeClaim can still launch into (pessimistically: the launch picks one), and
+        release those it no longer can (Karpenter's offeringsToReserve, Reserve and releaseReservedOfferings)."""
+        if self.manager is None:
+            return
+        allowed = OfferingFilter(self.requirements)
+        rows = self._rows
+        ids: dict[str, None] = {}
+        for row, o in self.index.reserved:
+            i = int(np.searchsorted(rows, row))
+            if (i < rows.size and rows[i] == row and allowed.allows(o)
+                    and self.manager.can_reserve(self.name, o.reservation_id)):
+                ids.setdefault(o.reservation_id)
+        self.held = tuple(ids)
+        self.manager.hold(self.name, self.held)
 
     def slack(self) -> np.ndarray:
         if self._slack is None:
@@ -264,6 +322,7 @@ class NodeClaim(Bin):
             else:
                 self.maxfree = self._slack = np.full_like(self.used, -1)
             self.pods.extend(pods)
+            self._hold()
             return
         self._slack = None
         self._labels = None
@@ -279,14 +338,23 @@ class NodeClaim(Bin):
         self._set_mask(mask, np.flatnonzero(mask))
         self.maxfree = self.free_upper_bound()
         self.pods.extend(pods)
+        self._hold()
 
     def launch(self) -> PlannedNodeClaim:
-        """The instance type and offering this NodeClaim would launch with: spot first if allowed, then cheapest."""
+        """The instance type and offering this NodeClaim would launch with: a reservation it holds first (its
+        requirements then narrow to capacity type reserved and those reservation IDs, as Karpenter's
+        FinalizeScheduling), else spot if allowed, then on-demand; the cheapest within each."""
         ix = self.index
-        zm, cm = ix.offer_masks(self.requirements)
         rows = self._rows[holds(self._types_free(), self.used)]  # the types that hold the pods, cheapest first
+        if self.held:
+            planned = self._launch_reserved(rows)
+            if planned is not None:
+                return planned
+        zm, cm = ix.offer_masks(self.requirements)
         best: tuple[float, int, int, int] | None = None
-        for ct in (0, 1, 2):  # spot, on-demand, reserved: Karpenter launches spot when the NodeClaim allows it
+        # spot, on-demand (Karpenter launches spot when the NodeClaim allows it); a reserved offering this NodeClaim
+        # holds none of only when nothing else is allowed
+        for ct in (0, 1, 2):
             if not cm[ct]:
                 continue
             prices, zones = ix.cheapest_offers(zm, ct)
@@ -303,4 +371,31 @@ class NodeClaim(Bin):
         price, t, z, ct = best
         return PlannedNodeClaim(node_pool=ix.pool.name, requirements=self.requirements, instance_type_options=options,
                                 instance_type=ix.types[t], capacity_type=CAPACITY_TYPES[ct], zone=ix.zones[z],
+                                price_per_hour=price, pods=self.pods, hostname=self.name)
+
+    def _launch_reserved(self, rows: np.ndarray) -> PlannedNodeClaim | None:
+        """The NodeClaim launched into one of the reservations it holds: the cheapest held offering among the types
+        that hold its pods; its requirements narrowed to capacity type reserved and the held reservation IDs, and its
+        instance types to those with a held offering."""
+        ix = self.index
+        held = set(self.held)
+        allowed = OfferingFilter(self.requirements)
+        best: tuple[float, int, str] | None = None
+        typed: set[int] = set()
+        for row, o in ix.reserved:
+            i = int(np.searchsorted(rows, row))
+            if i >= rows.size or rows[i] != row or o.reservation_id not in held or not allowed.allows(o):
+                continue
+            typed.add(row)
+            if best is None or (o.price, row) < best[:2]:
+                best = (o.price, row, o.zone)
+        if best is None:
+            return None
+        requirements = self.requirements.intersect(Requirements([
+            Requirement(L.CAPACITY_TYPE, False, frozenset([L.CAPACITY_TYPE_RESERVED])),
+            Requirement(L.CAPACITY_RESERVATION_ID, False, frozenset(self.held))]))
+        options: list[InstanceType] = [ix.types[r] for r in rows.tolist() if r in typed]
+        price, t, zone = best
+        return PlannedNodeClaim(node_pool=ix.pool.name, requirements=requirements, instance_type_options=options,
+                                instance_type=ix.types[t], capacity_type=L.CAPACITY_TYPE_RESERVED, zone=zone,
                                 price_per_hour=price, pods=self.pods, hostname=self.name)

@@ -12,6 +12,7 @@ import dataclasses
 
 from controller.scheduling.pod import Pod
 from controller.scheduling.requirements import Requirements
+from controller.scheduling.reservations import FALLBACK
 from controller.scheduling.scheduler import Plan, Scheduler
 from controller.scheduling.types import ExistingNode, SchedNodePool
 
@@ -30,16 +31,18 @@ def relax_min_values(pool: SchedNodePool) -> SchedNodePool:
 
 
 def solve(pools: list[SchedNodePool], existing: list[ExistingNode], daemonsets: list[Pod], pods: list[Pod],
-          preference_policy: str = "Respect", min_values_policy: str = "Strict", lower_bound: bool = False) -> Plan:
-    """One scheduling decision under the two policies (see the module's docstring)."""
+          preference_policy: str = "Respect", min_values_policy: str = "Strict", lower_bound: bool = False,
+          reserved_mode: str = FALLBACK) -> Plan:
+    """One scheduling decision under the two policies (see the module's docstring); reserved_mode as
+    controller.scheduling.reservations says (the provisioner and `karpy simulate` decide strictly)."""
     if preference_policy == "Ignore":
         pods = [without_preferences(p) for p in pods]
-    plan = Scheduler(pools, existing, daemonsets).solve(pods, lower_bound=lower_bound)
+    plan = Scheduler(pools, existing, daemonsets, reserved_mode).solve(pods, lower_bound=lower_bound)
     if min_values_policy == "BestEffort" and plan.unschedulable and any(
             r.min_values for p in pools for r in p.requirements):
         # Karpenter's BestEffort: where minValues leaves pods unschedulable, launch with fewer distinct values
         # (and say so on the NodeClaim) rather than not at all
-        relaxed = Scheduler([relax_min_values(p) for p in pools], existing, daemonsets).solve(
+        relaxed = Scheduler([relax_min_values(p) for p in pools], existing, daemonsets, reserved_mode).solve(
             pods, lower_bound=lower_bound)
         if len(relaxed.unschedulable) < len(plan.unschedulable):
             plan = relaxed

@@ -9,8 +9,10 @@ Shape of the algorithm (Karpenter's, made fast):
 - Pods left over are retried (from their full preferences) while a pass places some, as Karpenter's queue does: a pod
   whose affinity target was placed after it gets its turn.
 - A NodeClaim keeps the set of instance types (a mask over its pool's InstanceTypeIndex) that can still hold its pods;
-  at the end it launches the cheapest offering of the cheapest type that fits (spot first when the NodeClaim allows
-  spot).
+  at the end it launches the cheapest offering of the cheapest type that fits (a capacity reservation it holds first,
+  else spot first when the NodeClaim allows spot). Capacity reservations are held as Karpenter holds them
+  (controller.scheduling.reservations): strictly by the provisioner, whose pods wait for a later pass rather than
+  fall back from a compatible reservation that is fully held.
 - Preferences (preferred node affinity, preferred pod (anti-)affinity, ScheduleAnyway spreads, PreferNoSchedule
   taints) are first treated as required and relaxed one at a time, in Karpenter's order, for pods that cannot be
   placed (controller.scheduling.preferences).
@@ -28,10 +30,11 @@ from controller.api import labels as L
 from controller.api.quantity import CPU, MEMORY, PODS, format_quantity
 from controller.scheduling.existingnode import ExistingNodeBin
 from controller.scheduling.instancetypes import InstanceTypeIndex, column_max, fit_count, holds
-from controller.scheduling.nodeclaim import Bin, NodeClaim, PlannedNodeClaim
+from controller.scheduling.nodeclaim import Bin, NodeClaim, PlannedNodeClaim, reserved_fits
 from controller.scheduling.pod import Pod
 from controller.scheduling.preferences import View, relaxed
 from controller.scheduling.requirements import Requirement, Requirements
+from controller.scheduling.reservations import FALLBACK, MODES, RESERVED_OFFERING_ERROR, STRICT, ReservationManager
 from controller.scheduling.topology import Topology
 from controller.scheduling.types import ExistingNode, SchedNodePool, untolerated
 
@@ -49,6 +52,9 @@ class Plan:
     node_claims: list[PlannedNodeClaim] = field(default_factory=list)
     existing: dict[str, list[Pod]] = field(default_factory=dict)
     unschedulable: dict[str, str] = field(default_factory=dict)
+    # pods whose decision waits for a later pass: a compatible capacity reservation exists but every free instance of
+    # it is held by this plan's NodeClaims (strict mode; Karpenter neither relaxes them nor reports them unschedulable)
+    deferred: dict[str, str] = field(default_factory=dict)
     cost_per_hour: float = 0.0
     lower_bound_per_hour: float = 0.0  # computed only when solve(..., lower_bound=True)
 
@@ -96,7 +102,14 @@ class Scheduler:
     (`<nodepool>-<5 digits>`, counted from 1) depend only on the solve."""
 
     def __init__(self, node_pools: list[SchedNodePool], existing_nodes: list[ExistingNode] | None = None,
-                 daemonsets: list[Pod] | None = None) -> None:
+                 daemonsets: list[Pod] | None = None, reserved_mode: str = FALLBACK) -> None:
+        """reserved_mode: strict (the provisioner's: no fallback from a compatible capacity reservation that cannot
+        be held) or fallback (Karpenter's default, disruption's simulations); controller.scheduling.reservations."""
+        if reserved_mode not in MODES:
+            raise ValueError(f"reserved offering mode {reserved_mode!r}: must be one of {', '.join(MODES)}")
+        self.strict = reserved_mode == STRICT
+        self.reservations: ReservationManager | None = None
+        self._deferring = False  # a reserved offering error in the placement being tried
         self.pools = sorted(node_pools, key=lambda p: (-(p.weight or 0), p.name))
         self.existing_nodes = existing_nodes or []
         self.daemonsets = daemonsets or []
@@ -131,6 +144,8 @@ class Scheduler:
         self.rindex = {r: i for i, r in enumerate(resources)}
         # each pool's instance types less the DaemonSets that would run on each (InstanceTypeIndex._daemon_groups)
         self.indexes = [InstanceTypeIndex(p, resources, self.daemonsets) for p in self.pools]
+        reserved = [o for ix in self.indexes for _, o in ix.reserved]
+        self.reservations = ReservationManager(reserved) if reserved else None
         self.remaining = {p.name: (None if p.limits is None else dict(p.limits)) for p in self.pools}
         for pool in self.pools:
             rem = self.remaining[pool.name]
@@ -186,17 +201,18 @@ class Scheduler:
         affinity target (or the pod that frees a spread domain) was placed after it gets another go, as Karpenter's
         queue retries failed pods while it makes progress."""
         for _ in range(MAX_RETRY_PASSES):
-            if not plan.unschedulable:
+            if not plan.unschedulable and not plan.deferred:
                 return
-            left = [p for p in pods if p.key in plan.unschedulable]
+            left = [p for p in pods if p.key in plan.unschedulable or p.key in plan.deferred]
             before = len(left)
             classes: dict[object, list[Pod]] = {}
             for p in left:
                 classes.setdefault(p.class_key, []).append(p)
                 plan.unschedulable.pop(p.key, None)
+                plan.deferred.pop(p.key, None)
             for group in classes.values():
                 self._place_class(group, plan)
-            if len(plan.unschedulable) >= before:
+            if len(plan.unschedulable) + len(plan.deferred) >= before:
                 return
 
     def _add_bin(self, b: Bin) -> None:
@@ -263,18 +279,28 @@ class Scheduler:
         pending = list(pods)
         level = 0
         reason = ""
+        deferred = False
         while pending:
             vk = (proto.class_key, level)
             view = self._views[vk] if vk in self._views else self._views.setdefault(
                 vk, relaxed(proto, level, self.tolerate_prefer_no_schedule))
             if view is None:
                 break
+            self._deferring = False
             placed, reason = self._place_view(view, pending)
             pending = pending[placed:]
+            if pending and self._deferring:
+                # a reserved offering error: the pod may fit a reservation in a later pass, so its preferences are
+                # not relaxed (Karpenter's trySchedule)
+                deferred = True
+                break
             if pending:
                 level += 1
         for p in pending:
-            plan.unschedulable[p.key] = reason or "no nodepool can take it"
+            if deferred:
+                plan.deferred[p.key] = reason or RESERVED_OFFERING_ERROR
+            else:
+                plan.unschedulable[p.key] = reason or "no nodepool can take it"
 
     def _place_view(self, view: View, pods: list[Pod]) -> tuple[int, str]:
         """Place as many of the class's pods as possible under one relaxation level; returns (placed, why not)."""
@@ -384,6 +410,8 @@ class Scheduler:
             # the pools the pod selects come first: a FailedScheduling event is bounded, and their reasons matter most
             pool_reasons.append((chosen is not None and not chosen.has(ix.pool.name),
                                  f'nodepool "{ix.pool.name}": {why}'))
+            if why is RESERVED_OFFERING_ERROR:
+                break  # a pool with a compatible reservation is not passed over for lower-weight pools
         pool_reasons.sort(key=lambda r: r[0])
         if not self.indexes:
             pool_reasons.append((False, "no NodePool"))
@@ -408,10 +436,12 @@ class Scheduler:
         returns how many are placed."""
         while placed < len(pods):
             for ix in self.indexes:
-                n, _ = self._open(ix, view, reqs, req, min(len(pods) - placed, cap), pods[placed:])
-                if n:
+                n, why = self._open(ix, view, reqs, req, min(len(pods) - placed, cap), pods[placed:])
+                if n or why is RESERVED_OFFERING_ERROR:
                     break
             else:
+                break
+            if not n:
                 break
             placed += n
             self._cursor[cursor_key] = len(self.bins) - 1  # where the next placement would have started looking
@@ -467,10 +497,21 @@ class Scheduler:
         if opening.why:
             return 0, opening.why
         n = 1 if view.host_ports else min(want, opening.cap)
+        if self.strict and self.reservations is not None and ix.reserved:
+            # Karpenter's strict offeringsToReserve for a new NodeClaim: a compatible reservation that cannot be held
+            # fails the NodeClaim (the pod waits for a later pass); one that can bounds the pods to its types' room
+            compatible, reservable = reserved_fits(ix, self.reservations, "", opening.requirements, opening.rows,
+                                                   opening.fit)
+            if compatible >= 1:
+                if reservable < 1:
+                    self._deferring = True
+                    return 0, RESERVED_OFFERING_ERROR
+                n = min(n, reservable)
         mask, rows, k, free, top = opening.after(ix, n)
         self._names += 1
         b = NodeClaim(f"{pool.name}-{self._names:05d}", ix, opening.requirements.copy(), pool.taints, self._vec({}),
-                      mask, fit=(reqs, view.host_ports, rows, k), types=(rows, free, top))
+                      mask, fit=(reqs, view.host_ports, rows, k), types=(rows, free, top),
+                      reservations=self.reservations, strict=self.strict)
         self._add_bin(b)
         self.new_bins.append(b)
         self._commit(b, view, reqs, req, pods[:n])

@@ -18,6 +18,7 @@ from controller.catalog.types import InstanceType
 from controller.provisioning import inputs
 from controller.scheduling.pod import Pod
 from controller.scheduling.policies import solve
+from controller.scheduling.reservations import STRICT
 from controller.scheduling.scheduler import Plan
 from controller.scheduling.types import ExistingNode, SchedNodePool
 from controller.simulate.workloads import SimulationInputs, classify
@@ -163,7 +164,11 @@ def simulate_documents(documents: list[Document], catalog: str = "aws-us-east-1"
             daemonsets.append(inputs.daemonset_pod(doc.raw))
         except inputs.InputError as e:
             raise SimulationError(f"{doc.source}: {e}") from None
-    plan = solve(pools, existing, daemonsets, pods, preference_policy, min_values_policy, lower_bound=True)
+    plan = solve(pools, existing, daemonsets, pods, preference_policy, min_values_policy, lower_bound=True,
+                 reserved_mode=STRICT)
+    # one pass only: a pod the controller would defer to a later pass (its reservation held by this plan) is shown
+    # with why it waits
+    plan.unschedulable.update({k: f"deferred to a later pass: {v}" for k, v in plan.deferred.items()})
     plan.unschedulable.update(refused)
     return SimulationResult(plan=plan, catalog=cat, nodepools=[p.name for p in pools], pods=pods,
                             existing_nodes=existing, notes=notes)

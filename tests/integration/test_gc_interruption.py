@@ -29,7 +29,7 @@ from controller.kube.client import KubeClient
 from controller.kube.errors import NotFoundError
 from tests.integration.aws_world import launch_for, make_world
 from tests.integration.kubelet import FakeKubelet
-from tests.kubetest import wait_for
+from tests.kubetest import remove_claims_and_nodes, wait_for
 
 pytestmark = [pytest.mark.localstack, pytest.mark.kube,
               pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")]
@@ -96,14 +96,7 @@ def _gone(kc: KubeClient, res: Any, name: str) -> bool:
 
 
 def _cleanup(kc: KubeClient, ec2: Any, claims: list[str], nodes: list[str], instances: list[str]) -> None:
-    for name in claims:
-        with contextlib.suppress(NotFoundError):
-            kc.patch(R.NODECLAIMS, name, {"metadata": {"finalizers": []}})
-            kc.delete(R.NODECLAIMS, name)
-    for name in nodes:
-        with contextlib.suppress(NotFoundError):
-            kc.patch(R.NODES, name, {"metadata": {"finalizers": []}})
-            kc.delete(R.NODES, name)
+    remove_claims_and_nodes(kc, claims, nodes)
     if instances:
         with contextlib.suppress(Exception):
             ec2.terminate_instances(InstanceIds=instances)

@@ -412,3 +412,20 @@ def test_a_sent_timestamp_in_the_future_counts_as_no_time_on_the_queue():
     InterruptionQueue(RecordingSQS(_spots(1)), "http://queue", lambda e: None, wait_seconds=0,
                       clock=lambda: 1699999990.0).poll_once()
     assert total() - before == 0.0
+
+
+def test_capacity_reservation_interruption_leaves_the_reservation_with_no_room():
+    """Karpenter's markUnavailableOfferings: the interrupted NodeClaim's reservation is marked unavailable, so its
+    replacement is not planned into it; other messages leave reservations alone."""
+    from controller.cloud.aws.capacityreservations import ReservationAvailability
+
+    claim = _claim()
+    claim["metadata"]["labels"].update({"karpenter.sh/capacity-type": "reserved",
+                                        "karpenter.k8s.aws/capacity-reservation-id": "cr-1"})
+    for kind, left in (("SpotInterruption", 2), ("CapacityReservationInterruption", 0)):
+        ctl, *_ = _controller(claims=[json.loads(json.dumps(claim))])
+        cloud = type("Cloud", (), {"reservations": ReservationAvailability()})()
+        cloud.reservations.sync({"cr-1": 2})
+        ctl.cloud = cloud
+        ctl.handle(_event(kind))
+        assert cloud.reservations.count("cr-1") == left, kind

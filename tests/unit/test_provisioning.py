@@ -644,3 +644,24 @@ def test_a_launch_stamps_registered_unknown_since_creation():
     claim = w.kube.get(R.NODECLAIMS, name)
     assert C.is_true(claim["status"], "Launched")
     assert (C.get(claim["status"], "Registered") or {}).get("lastTransitionTime") == stamp(t0)
+
+
+def test_a_pod_waiting_for_a_held_reservation_is_deferred_not_failed():
+    """Karpenter's provisioner decides strictly: a reservation of one free instance backs one NodeClaim (narrowed to
+    capacity type reserved and the reservation); the second pod, which would need another, gets no FailedScheduling
+    event and is not counted unschedulable: a later pass decides it."""
+    reserved = _type("m.1x", 0.2, 4)
+    reserved.offerings.append(Offering("us-east-1a", "reserved", 0.2 / 10_000_000, reservation_id="cr-1",
+                                       reservation_capacity=1, reservation_type="default"))
+    w = _world([reserved, _type("m.2x", 0.4, 8)])
+    w.kube.patch(R.NODEPOOLS, "general", {"spec": {"template": {"spec": {"requirements": [
+        {"key": L.CAPACITY_TYPE, "operator": "In", "values": ["reserved", "on-demand"]}]}}}})
+    _pending(w.kube, "p1", cpu="3")
+    _pending(w.kube, "p2", cpu="3")
+    res = w.prov.schedule()
+    [name] = res.created
+    reqs = {r["key"]: r["values"] for r in w.kube.get(R.NODECLAIMS, name)["spec"]["requirements"]}
+    assert reqs[L.CAPACITY_TYPE] == ["reserved"] and reqs[L.CAPACITY_RESERVATION_ID] == ["cr-1"]
+    assert reqs[L.INSTANCE_TYPE] == ["m.1x"]
+    assert not res.unschedulable and not [e for e in w.recorder.events if e[2] == "FailedScheduling"]
+    assert _sample("karpenter_scheduler_unschedulable_pods_count", controller="provisioner") == 0

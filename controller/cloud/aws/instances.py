@@ -27,6 +27,10 @@ class Instance:
     image_id: str
     state: str
     tags: dict[str, str] = field(default_factory=dict)
+    # a reserved instance's capacity reservation: its ID, type (default | capacity-block), whether interruptible
+    reservation_id: str = ""
+    reservation_type: str = ""
+    reservation_interruptible: bool = False
 
     @property
     def provider_id(self) -> str:
@@ -48,11 +52,22 @@ def parse_provider_id(value: str) -> tuple[str, str]:
 
 
 def from_description(d: dict[str, Any]) -> Instance:
-    """An Instance from one DescribeInstances entry."""
+    """An Instance from one DescribeInstances entry. Reserved is what karpy launched into a reservation (targeted:
+    capacity-reservations-only) and still runs in one; an instance that merely landed in an open reservation, or
+    whose reservation ended, is on-demand (Karpenter's capacityTypeFromInstance)."""
+    lifecycle = d.get("InstanceLifecycle")
+    rid = str(d.get("CapacityReservationId") or "")
+    preference = (d.get("CapacityReservationSpecification") or {}).get("CapacityReservationPreference")
+    reserved = lifecycle != "spot" and bool(rid) and preference == "capacity-reservations-only"
     return Instance(id=d["InstanceId"], zone=d["Placement"]["AvailabilityZone"], instance_type=d["InstanceType"],
-                    capacity_type=L.CAPACITY_TYPE_SPOT if d.get("InstanceLifecycle") == "spot"
-                    else L.CAPACITY_TYPE_ON_DEMAND, image_id=d.get("ImageId", ""), state=d["State"]["Name"],
-                    tags={t["Key"]: t["Value"] for t in d.get("Tags", [])})
+                    capacity_type=L.CAPACITY_TYPE_SPOT if lifecycle == "spot"
+                    else L.CAPACITY_TYPE_RESERVED if reserved else L.CAPACITY_TYPE_ON_DEMAND,
+                    image_id=d.get("ImageId", ""), state=d["State"]["Name"],
+                    tags={t["Key"]: t["Value"] for t in d.get("Tags", [])},
+                    reservation_id=rid if reserved else "",
+                    reservation_type=("capacity-block" if lifecycle == "capacity-block" else "default") if reserved
+                    else "",
+                    reservation_interruptible=reserved and lifecycle == "interruptible-capacity-reservation")
 
 
 def _describe(ec2: Any, **kwargs: Any) -> list[Instance]:

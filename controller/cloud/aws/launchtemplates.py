@@ -28,6 +28,13 @@ class LaunchTemplateSpec:
     tags: dict[str, str] = field(default_factory=dict)
     detailed_monitoring: bool = False
     associate_public_ip: bool | None = None
+    # with the ReservedCapacity gate (Karpenter's targeted launch mode) every template says which capacity
+    # reservation it launches into: one (capacity-reservations-only, with its market for capacity blocks and
+    # interruptible reservations) or none (so on-demand and spot launches never draw from open reservations)
+    targeted: bool = False
+    capacity_reservation_id: str = ""
+    capacity_reservation_type: str = ""
+    capacity_reservation_interruptible: bool = False
 
     def data(self) -> dict[str, Any]:
         """The LaunchTemplateData of CreateLaunchTemplate."""
@@ -51,6 +58,17 @@ class LaunchTemplateSpec:
                                        "Groups": list(self.security_group_ids)}]
         if self.block_device_mappings:
             d["BlockDeviceMappings"] = [bdm_request(b) for b in self.block_device_mappings]
+        if self.targeted:
+            if self.capacity_reservation_id:
+                d["CapacityReservationSpecification"] = {
+                    "CapacityReservationPreference": "capacity-reservations-only",
+                    "CapacityReservationTarget": {"CapacityReservationId": self.capacity_reservation_id}}
+            else:
+                d["CapacityReservationSpecification"] = {"CapacityReservationPreference": "none"}
+            if self.capacity_reservation_type == "capacity-block":
+                d["InstanceMarketOptions"] = {"MarketType": "capacity-block"}
+            elif self.capacity_reservation_interruptible:
+                d["InstanceMarketOptions"] = {"MarketType": "interruptible-capacity-reservation"}
         return d
 
     def name(self) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import threading
 import time
@@ -15,13 +16,14 @@ from controller.api import labels as L
 from controller.catalog.types import InstanceType
 from controller.cloud.aws import instances
 from controller.cloud.aws.amis import AMI, ARCHITECTURES, resolve
+from controller.cloud.aws.capacityreservations import ReservationAvailability, with_reserved_offerings
 from controller.cloud.aws.discovery import (
     SecurityGroup,
     Subnet,
     discover_security_groups,
 )
 from controller.cloud.aws.errors import LaunchError, LaunchTemplateNotFoundError, NodeClaimNotFoundError
-from controller.cloud.aws.fleet import launch
+from controller.cloud.aws.fleet import Override, launch
 from controller.cloud.aws.instanceprofiles import InstanceProfiles
 from controller.cloud.aws.instancetypes import InstanceTypeProvider
 from controller.cloud.aws.launchtemplates import (
@@ -40,6 +42,8 @@ from controller.cloud.provider import LaunchedNode, LaunchRequest, NodeClass
 
 DISCOVERY_TTL_SECONDS = 60.0
 MAX_DISCOVERED = 3 * 1024  # three entries per EC2NodeClass
+MAX_RESERVED_INSTANCES = 100_000
+RESERVED_INSTANCE_TTL_SECONDS = 86_400.0
 
 
 def resolved_from_status(nodeclass: NodeClass) -> tuple[list[Subnet], list[SecurityGroup], list[AMI],
@@ -63,7 +67,8 @@ class AWSCloudProvider:
     def __init__(self, *, cluster: ClusterInfo, region: str, k8s_version: str, ec2: Any, ssm: Any, iam: Any,
                  instance_types: InstanceTypeProvider, unavailable: UnavailableOfferings | None = None,
                  clock: Callable[[], float] = time.monotonic, subnets: SubnetProvider | None = None,
-                 facts: Callable[[], ClusterInfo] | None = None) -> None:
+                 facts: Callable[[], ClusterInfo] | None = None, reserved_capacity: bool = True,
+                 reservations: ReservationAvailability | None = None) -> None:
         self.cluster = cluster
         # the cluster facts bootstrap reads at each launch (clusterfacts.ClusterFacts.get: learned, then cached)
         self.facts: Callable[[], ClusterInfo] = facts or (lambda: self.cluster)
@@ -75,6 +80,14 @@ class AWSCloudProvider:
         self.unavailable = unavailable or instance_types.unavailable
         self.clock = clock
         self.subnets = subnets or SubnetProvider(clock)  # free addresses per subnet, shared with the status controller
+        # the ReservedCapacity gate: reserved offerings from status.capacityReservations, targeted launch templates
+        self.reserved_capacity = reserved_capacity
+        # room left per capacity reservation: synced by the status controller, counted down by launches
+        self.reservations = reservations or ReservationAvailability()
+        # providerID -> the capacity reservation its instance runs in (as last seen), so that a deleted one gives its
+        # room back (Karpenter's MarkTerminated); a day bounds what a vanished instance leaves here
+        self._reserved_of: TTLCache[str, str] = TTLCache(MAX_RESERVED_INSTANCES, RESERVED_INSTANCE_TTL_SECONDS,
+                                                         timer=clock)
         # subnets, security groups and AMIs resolved here (when the status controller has not), for a minute
         self._discovered: TTLCache[str, Any] = TTLCache(MAX_DISCOVERED, DISCOVERY_TTL_SECONDS, timer=clock)
         self._discovered_lock = threading.Lock()
@@ -92,10 +105,16 @@ class AWSCloudProvider:
         return value
 
     def get_instance_types(self, nodeclass: NodeClass) -> list[InstanceType]:
-        """Instance types and offerings for the node class's kubelet settings and AMI family."""
+        """Instance types and offerings for the node class's kubelet settings and AMI family, with a reserved offering
+        per capacity reservation of its status (ReservedCapacity gate)."""
         family = nodeclass.ami_family
-        return self.instance_types.list(kubelet=dict(nodeclass.kubelet) or None,
-                                        ami_family=family if family != "custom" else "al2023")
+        its = self.instance_types.list(kubelet=dict(nodeclass.kubelet) or None,
+                                       ami_family=family if family != "custom" else "al2023")
+        if not self.reserved_capacity or not nodeclass.capacity_reservations:
+            return its
+        return with_reserved_offerings(its, nodeclass.capacity_reservations, self.reservations,
+                                       self.instance_types.pricing.on_demand_price,
+                                       {s.zone: s.zone_id for s in nodeclass.subnets if s.zone_id})
 
     def create(self, request: LaunchRequest, nodeclass: NodeClass) -> LaunchedNode:
         """Make or reuse launch templates from the node class's resolved status (resolving here only when the status
@@ -136,25 +155,37 @@ class AWSCloudProvider:
                 detailed_monitoring=nodeclass.detailed_monitoring,
                 associate_public_ip=nodeclass.associate_public_ip_address))
         its = [it for it in its if it.name in image_of]
+        used: set[str] = set()  # the templates this launch asked for (made again if CreateFleet says they are gone)
         for attempt in (1, 2):
-            by_image = {}
-            for image, lt in templates.items():
+
+            def template_for(o: Override) -> str:
+                """The launch template of an override (made when missing): its type's AMI, and with the
+                ReservedCapacity gate the capacity reservation it targets (none for on-demand and spot)."""
+                lt = templates[image_of[o.instance_type]]
+                if self.reserved_capacity:
+                    lt = dataclasses.replace(lt, targeted=True, capacity_reservation_id=o.reservation_id,
+                                             capacity_reservation_type=o.reservation_type if o.reservation_id else "",
+                                             capacity_reservation_interruptible=o.reservation_interruptible)
                 lt_name = lt.name()
                 if lt_name not in self._templates:
                     ensure(self.ec2, lt, owned)
                     self._templates.add(lt_name)
-                by_image[image] = lt_name
-            names = {it_name: by_image[image] for it_name, image in image_of.items()}
+                used.add(lt_name)
+                return lt_name
+
             try:
                 inst = launch(self.ec2, cluster_name=self.cluster.name, request=request, nodeclass_name=name,
-                              instance_types=its, subnets=subnets, launch_template=names,
+                              instance_types=its, subnets=subnets, launch_template=template_for,
                               unavailable=self.unavailable, user_tags=dict(nodeclass.tags),
-                              subnet_provider=self.subnets)
+                              subnet_provider=self.subnets, reservations=self.reservations)
+                if inst.reservation_id:
+                    self.reservations.mark_launched(inst.reservation_id)
                 return self._describe(inst, its)
             except LaunchTemplateNotFoundError:
                 if attempt == 2:
                     raise
-                self._templates.difference_update(names.values())
+                self._templates.difference_update(used)
+                used.clear()
         raise AssertionError("unreachable")
 
     def _resolved(self, nodeclass: NodeClass) -> tuple[list[Subnet], list[SecurityGroup], list[AMI], str]:
@@ -205,6 +236,12 @@ class AWSCloudProvider:
         it = next((t for t in its or [] if t.name == inst.instance_type), None)
         labels = dict(it.labels) if it else {L.INSTANCE_TYPE: inst.instance_type}
         labels.update({L.ZONE: inst.zone, L.CAPACITY_TYPE: inst.capacity_type})
+        if inst.capacity_type == L.CAPACITY_TYPE_RESERVED and inst.reservation_id:
+            self._reserved_of[inst.provider_id] = inst.reservation_id
+            # Karpenter's instanceToNodeClaim: the reservation's labels on reserved NodeClaims only
+            labels.update({L.CAPACITY_RESERVATION_ID: inst.reservation_id,
+                           L.CAPACITY_RESERVATION_TYPE: inst.reservation_type or "default",
+                           L.CAPACITY_RESERVATION_INTERRUPTIBLE: str(inst.reservation_interruptible).lower()})
         for key in (L.NODEPOOL, L.EC2NODECLASS):
             if key in inst.tags:
                 labels[key] = inst.tags[key]
@@ -286,5 +323,12 @@ class AWSCloudProvider:
                                reservation_id=str(d.get("CapacityReservationId") or ""))
 
     def delete(self, provider_id: str) -> None:
-        """Terminate the machine."""
-        instances.delete(self.ec2, provider_id)
+        """Terminate the machine. Once it is gone (NodeClaimNotFoundError), the capacity reservation it ran in has
+        its room back until EC2's next count (Karpenter's MarkTerminated)."""
+        try:
+            instances.delete(self.ec2, provider_id)
+        except NodeClaimNotFoundError:
+            rid = self._reserved_of.pop(provider_id, "")
+            if rid:
+                self.reservations.mark_terminated(rid)
+            raise
