@@ -25,7 +25,7 @@ from controller.api import labels as L
 from controller.cloud.provider import CloudProvider
 from controller.kube import resources as R
 from controller.kube.client import KubeClient
-from controller.kube.errors import InvalidError, NotFoundError
+from controller.kube.errors import ConflictError, InvalidError, NotFoundError
 from controller.kube.events import Recorder
 from controller.kube.workqueue import Result
 from controller.state.cluster import Cluster
@@ -60,7 +60,10 @@ class NodeClaimTerminationController:
                 or L.TERMINATION_FINALIZER not in (meta(claim).get("finalizers") or []):
             return Result()
         extra: Obj = {"controller": "nodeclaim.termination", "NodeClaim": {"name": name}}
-        claim = self._ensure_termination_timestamp(claim, extra)
+        annotated = self._ensure_termination_timestamp(claim, extra)
+        if annotated is None:  # another writer (node repair, instance health) moved first: look again
+            return Result(requeue_after=0.1)
+        claim = annotated
         pid = str((claim.get("status") or {}).get("providerID") or "")
         # Nodes are deleted only once the NodeClaim is Registered, as Karpenter does (a Node deleted before it has
         # the termination finalizer could leak its lease); the instance's termination removes an unregistered one
@@ -95,19 +98,23 @@ class NodeClaimTerminationController:
                     nodepool=labels_of(claim).get(L.NODEPOOL, "")).observe(max(now - began, 0.0))
         return Result() if self._remove_finalizer(claim, extra) else Result(requeue_after=0.1)
 
-    def _ensure_termination_timestamp(self, claim: Obj, extra: Obj) -> Obj:
+    def _ensure_termination_timestamp(self, claim: Obj, extra: Obj) -> Obj | None:
         """Annotate a deleted NodeClaim with deletionTimestamp + terminationGracePeriod (once; the deadline never
-        moves afterwards)."""
+        moves afterwards), locked on the resourceVersion read so a deadline another controller set meanwhile (node
+        repair's "now") is never overwritten; None on such a conflict."""
         if L.NODECLAIM_TERMINATION_TIMESTAMP in (meta(claim).get("annotations") or {}):
             return claim
         value = D.termination_timestamp(claim)
         if value is None:
             return claim
         try:
-            patched = self.client.patch(R.NODECLAIMS, name_of(claim),
-                                        {"metadata": {"annotations": {L.NODECLAIM_TERMINATION_TIMESTAMP: value}}})
+            patched = self.client.patch(R.NODECLAIMS, name_of(claim), {"metadata": {
+                "annotations": {L.NODECLAIM_TERMINATION_TIMESTAMP: value},
+                "resourceVersion": meta(claim).get("resourceVersion")}})
         except NotFoundError:
             return claim
+        except ConflictError:
+            return None
         log.info("annotated nodeclaim", extra={**extra, L.NODECLAIM_TERMINATION_TIMESTAMP: value})
         self.recorder.publish(patched, "Warning", "TerminationGracePeriodExpiring",
                               f"All pods will be deleted by {value}")

@@ -73,6 +73,29 @@ def test_the_grace_period_deadline_is_annotated_once_and_announced() -> None:
     assert len(w.recorder.events) == 1
 
 
+def test_a_deadline_another_controller_set_meanwhile_is_kept() -> None:
+    """Node repair stamps the annotation "now" before deleting; a pass that read the NodeClaim before that write
+    must not overwrite it (the patch is locked on the resourceVersion read, as Karpenter's)."""
+    w = world()
+    _claim(w)["spec"]["terminationGracePeriod"] = "1h"
+    real_get = w.api.get
+    repaired = D.format_time(NOW)
+
+    def racing_get(res, name, namespace=None):
+        got = real_get(res, name, namespace)
+        if res.plural == "nodeclaims" and "annotations" not in _claim(w)["metadata"]:
+            w.api.patch(res, name, {"metadata": {"annotations": {
+                "karpenter.sh/nodeclaim-termination-timestamp": repaired}}})
+        return got
+
+    w.api.get = racing_get
+    assert w.claims().reconcile("c1").requeue_after == pytest.approx(0.1)
+    w.api.get = real_get
+    w.claims().reconcile("c1")
+    assert _claim(w)["metadata"]["annotations"]["karpenter.sh/nodeclaim-termination-timestamp"] == repaired
+    assert not [e for e in w.recorder.events if e[1] == "TerminationGracePeriodExpiring"]
+
+
 def test_the_finalizer_goes_without_dropping_one_added_meanwhile() -> None:
     w = world(registered=False)
     w.cloud.instances.clear()
