@@ -105,10 +105,11 @@ def wire(settings: Settings, client: KubeClient, cloud: CloudProvider, aws: Any,
     """Build the controllers and connect informer events to their queues; returns the runtime and the function that
     starts the leader's work."""
     from controller.lifecycle.controller import LifecycleController, lifecycle_queue
+    from controller.nodeclaim.termination import NodeClaimTerminationController
     from controller.nodepool.status import NodePoolStatusController
     from controller.provisioning.batcher import Batcher
     from controller.provisioning.provisioner import Provisioner
-    from controller.termination.controller import Terminator
+    from controller.termination.controller import TerminationController
 
     cluster = Cluster(client)
     rt = Runtime(cluster=cluster)
@@ -119,17 +120,17 @@ def wire(settings: Settings, client: KubeClient, cloud: CloudProvider, aws: Any,
                               ignore_dra_requests=settings.ignore_dra_requests)
     lifecycle = LifecycleController(cluster, client, cloud, recorder, on_deleted=provisioner.trigger)
     disruption = _disruption(settings, cluster, client, provisioner, recorder, is_leader)
-    terminator = Terminator(client, cluster, cloud, recorder)
+    claim_termination = NodeClaimTerminationController(client, cluster, cloud, recorder)
+    node_termination = TerminationController(client, cluster, cloud, recorder)
     nodepools = NodePoolStatusController(cluster, client)
     # worker threads scale with CPU_REQUESTS by Karpenter's LinearScaleReconciles, between karpy's own bounds (a
     # thread per worker: Karpenter's goroutine counts, 100-5000, are not threads a Python process should run)
     workers = linear_scale_reconciles(settings.cpu_requests, 4, 64)
     c_lifecycle = Controller("nodeclaim.lifecycle", lifecycle.reconcile, workers=workers, queue=lifecycle_queue(),
                              recorder=recorder, lookup=cluster.nodeclaim)
-    c_claim_term = Controller("nodeclaim.termination", terminator.reconcile_nodeclaim, workers=workers,
-                              recorder=recorder,
-                              lookup=cluster.nodeclaim)
-    c_node_term = Controller("node.termination", terminator.reconcile_node, workers=workers, recorder=recorder,
+    c_claim_term = Controller("nodeclaim.termination", claim_termination.reconcile, workers=workers,
+                              recorder=recorder, lookup=cluster.nodeclaim)
+    c_node_term = Controller("node.termination", node_termination.reconcile, workers=workers, recorder=recorder,
                              lookup=cluster.node)
     c_nodepool = Controller("nodepool.status", nodepools.reconcile, workers=1, recorder=recorder,
                             lookup=cluster.nodepool)
@@ -217,6 +218,10 @@ def wire(settings: Settings, client: KubeClient, cloud: CloudProvider, aws: Any,
             return
         if event == "DELETED":
             provisioner.trigger()
+            # a deleted NodeClaim's finalizer waits for its Node to go: this is its turn
+            claim = cluster.nodeclaim_for_provider_id(provider_id(obj))
+            if claim is not None and claim["metadata"].get("deletionTimestamp"):
+                c_claim_term.queue.add(claim["metadata"]["name"])
             return
         if obj["metadata"].get("deletionTimestamp"):
             c_node_term.queue.add(obj["metadata"]["name"])
@@ -259,9 +264,6 @@ def wire(settings: Settings, client: KubeClient, cloud: CloudProvider, aws: Any,
             node = cluster.node(str((old.get("spec") or {}).get("nodeName") or ""))
             if node is not None and node["metadata"].get("deletionTimestamp"):
                 c_node_term.queue.add(node["metadata"]["name"])
-            claim = cluster.nodeclaim_for_node(node) if node is not None else None
-            if claim is not None and claim["metadata"].get("deletionTimestamp"):
-                c_claim_term.queue.add(claim["metadata"]["name"])
 
     cluster.nodeclaims_informer.add_handler(on_nodeclaim)
     cluster.nodes_informer.add_handler(on_node)

@@ -13,6 +13,7 @@ a command that never reached its deletions instead of leaving them to be consoli
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 import threading
 import time
@@ -23,6 +24,7 @@ from typing import Any
 
 from controller import failpoints
 from controller import metrics as M
+from controller.api import conditions as C
 from controller.api import labels as L
 from controller.disruption import events as E
 from controller.disruption.types import (
@@ -36,10 +38,12 @@ from controller.kube import resources as R
 from controller.kube.client import KubeClient
 from controller.kube.errors import ConflictError, KubeError, NotFoundError
 from controller.kube.events import Recorder
+from controller.kube.workqueue import Result
 from controller.provisioning.nodeclaimtemplate import nodeclaim_manifest
 from controller.provisioning.provisioner import min_values_relaxed
 from controller.state.cluster import Cluster, is_true
 from controller.termination.drain import DISRUPTED_TAINT, has_disrupted_taint
+from controller.termination.instance import DISRUPTION_REASON, write_conditions
 
 log = logging.getLogger("karpy.disruption")
 Obj = dict[str, Any]
@@ -157,15 +161,18 @@ class Queue:
             "decision": cmd.decision, "disrupted-node-count": len(cmd.candidates),
             "replacement-node-count": len(cmd.replacements)})
         tainted: list[str] = []
+        marked: list[str] = []
         try:
-            for c in cmd.candidates:
+            for c in cmd.candidates:  # Karpenter's markDisrupted: the taint, then the NodeClaim's DisruptionReason
                 self._taint(c.node_name)
                 tainted.append(c.node_name)
+                marked.append(c.name)
+                self._disruption_reason(c.name, cmd.reason)
             failpoints.failpoint("disruption.after-taint")
             for rep in cmd.replacements:
                 run.replacements.append(self._launch(rep, run, cmd))
         except (KubeError, QueueError) as e:
-            self._undo(tainted, run.replacements)
+            self._undo(tainted, run.replacements, marked)
             raise QueueError(f"launching replacement nodeclaim, {str(e)[:300]}") from e
         failpoints.failpoint("disruption.after-launch")
         with self._lock:
@@ -279,14 +286,15 @@ class Queue:
             self._running.pop(run.id, None)
 
     def _fail(self, run: Running, why: str) -> None:
-        """Untaint the candidates and delete the replacements that did not initialize, as Karpenter does."""
+        """Untaint the candidates, clear their DisruptionReason and delete the replacements that did not initialize,
+        as Karpenter does."""
         cmd = run.command
         failed = [n for n in run.replacements if n not in run.initialized]
         M.DISRUPTION_QUEUE_FAILURES.labels(decision=cmd.decision, reason=snake(cmd.reason),
                                            consolidation_type=consolidation_type(cmd.method)).inc(len(failed))
         log.error("failed terminating nodes while executing a disruption command", extra={
             "controller": "disruption", "command-id": run.id, "command": describe(cmd, run.id), "error": why[:300]})
-        self._undo([c.node_name for c in cmd.candidates], run.replacements)
+        self._undo([c.node_name for c in cmd.candidates], run.replacements, run.candidates)
         with self._lock:
             self._running.pop(run.id, None)
 
@@ -294,12 +302,18 @@ class Queue:
         """Forget a command that never started (a failed validation): nothing to undo."""
         log.debug("dropping disruption command", extra={"nodes": [c.node_name for c in cmd.candidates]})
 
-    def _undo(self, nodes: list[str], replacements: list[str]) -> None:
+    def _undo(self, nodes: list[str], replacements: list[str], candidates: list[str]) -> None:
         for node in nodes:
             try:
                 self._untaint(node)
             except KubeError as e:  # the next pass's sweep takes it off
                 log.error("removing taint from node failed", extra={"Node": {"name": node}, "error": str(e)[:200]})
+        for name in candidates:
+            try:
+                self._disruption_reason(name, None)
+            except KubeError as e:  # the next pass's sweep clears it
+                log.error("removing condition from nodeclaim failed", extra={
+                    "NodeClaim": {"name": name}, "condition": DISRUPTION_REASON, "error": str(e)[:200]})
         for name in replacements:
             try:
                 self.client.delete(R.NODECLAIMS, name)
@@ -312,9 +326,10 @@ class Queue:
 
     # ---- the sweep: state rebuilt from the cluster -------------------------------------------------------------
     def sweep(self) -> None:
-        """Take karpenter.sh/disrupted off every Node no command holds and that is not being deleted (Karpenter's
-        rule), delete the replacements of commands no longer in flight whose candidates are all still there, and
-        unmark those whose command reached its deletions."""
+        """Take karpenter.sh/disrupted off every Node no command holds and that is not being deleted, and the
+        DisruptionReason condition off such NodeClaims (Karpenter's rule), delete the replacements of commands no
+        longer in flight whose candidates are all still there, and unmark those whose command reached its
+        deletions."""
         held = self.holds()
         with self._lock:
             ids = set(self._running)
@@ -331,6 +346,15 @@ class Queue:
             except KubeError as e:
                 log.error("removing taint from node failed", extra={"Node": {"name": node["metadata"]["name"]},
                                                                     "error": str(e)[:200]})
+        for claim in self.cluster.nodeclaims():
+            if C.get(claim.get("status"), DISRUPTION_REASON) is not None and claim["metadata"]["name"] not in held \
+                    and not claim["metadata"].get("deletionTimestamp"):
+                try:
+                    self._disruption_reason(claim["metadata"]["name"], None)
+                except KubeError as e:
+                    log.error("removing condition from nodeclaim failed", extra={
+                        "NodeClaim": {"name": claim["metadata"]["name"]}, "condition": DISRUPTION_REASON,
+                        "error": str(e)[:200]})
         for claim in self.cluster.nodeclaims():
             ann = claim["metadata"].get("annotations") or {}
             cmd_id = ann.get(REPLACEMENT_OF)
@@ -386,6 +410,28 @@ class Queue:
                                                        "taint.Key": DISRUPTED_TAINT["key"]})
             return
         raise ConflictError(409, "Conflict", f"node {node_name} kept changing while removing its taint")
+
+    def _disruption_reason(self, name: str, reason: str | None) -> None:
+        """Set the NodeClaim's DisruptionReason condition True with the command's reason (what termination reports
+        its evictions under), or clear it (None); locked on the resourceVersion read, retried on conflict."""
+        for _ in range(5):
+            try:
+                claim = self.client.get(R.NODECLAIMS, name)
+            except NotFoundError:
+                return
+            status = copy.deepcopy(claim.get("status") or {})
+            if reason is None:
+                conditions = [c for c in status.get("conditions") or []
+                              if not (isinstance(c, dict) and c.get("type") == DISRUPTION_REASON)]
+                if len(conditions) == len(status.get("conditions") or []):
+                    return
+                status["conditions"] = conditions
+            elif not C.set_condition(status, DISRUPTION_REASON, True, reason, reason,
+                                     claim["metadata"].get("generation")):
+                return
+            if not isinstance(write_conditions(self.client, claim, status), Result):
+                return
+        raise ConflictError(409, "Conflict", f"nodeclaim {name} kept changing while writing its {DISRUPTION_REASON}")
 
     def _unmark(self, name: str) -> None:
         """Drop the replacement marks from a NodeClaim."""

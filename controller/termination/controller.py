@@ -1,12 +1,18 @@
-"""Termination of NodeClaims and their Nodes, as Karpenter does it: taint the node karpenter.sh/disrupted:NoSchedule,
-drain it through the Eviction API tier by tier (PDBs honoured, do-not-disrupt pods waited on, everything deleted at
-the terminationGracePeriod deadline), wait for volumes to detach, terminate the instance, then drop the finalizers.
+"""Node termination, as Karpenter's node.termination controller (pkg/controllers/node/termination/controller.go):
+the finalizer karpenter.sh/termination of a deleted Node. In Karpenter's order, each pass:
 
-The evictions themselves go through the eviction queue (controller/termination/eviction.py), the pure decisions
-live in controller/termination/drain.py.
+1. deletes the Node's NodeClaim if nobody has (its finalizer, controller/nodeclaim/termination.py, waits for the Node);
+2. lets a Node go at once when it is not Ready and the cloud no longer has its instance;
+3. reads the NodeClaim's terminationGracePeriod deadline (karpenter.sh/nodeclaim-termination-timestamp) and taints
+   the Node karpenter.sh/disrupted:NoSchedule;
+4. drains it (controller/termination/terminator.py, evictions through controller/termination/eviction.py), holding
+   Drained Unknown for at least 5 s so pods bound before the taint was seen are caught;
+5. waits for its VolumeAttachments to go (those of pods the drain leaves excepted), until the deadline;
+6. terminates the instance and waits until the cloud says it is gone;
+7. writes the NodeClaim's conditions (Drained, VolumesDetached, InstanceTerminating) and drops the Node's finalizer.
 
-Every pass starts from fresh reads of the NodeClaim and the Node and only moves forward, so a crash anywhere and a
-rerun continue where the last pass stopped; NodeClaim conditions are written once per pass to the status subresource.
+Every pass starts from fresh reads of the Node and the NodeClaim and only moves forward, so a crash anywhere and a
+rerun continue where the last pass stopped; the NodeClaim's conditions are written once per pass.
 """
 
 from __future__ import annotations
@@ -14,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -22,64 +27,79 @@ from typing import Any
 from controller import metrics as M
 from controller.api import conditions as C
 from controller.api import labels as L
-from controller.cloud.aws.errors import NodeClaimNotFoundError
 from controller.cloud.provider import CloudProvider
 from controller.kube import resources as R
 from controller.kube.client import KubeClient
-from controller.kube.errors import ConflictError, InvalidError, NotFoundError
+from controller.kube.errors import ConflictError, NotFoundError
 from controller.kube.events import Recorder
 from controller.kube.workqueue import Result
 from controller.state.cluster import Cluster
 from controller.termination import drain as D
-from controller.termination.eviction import EvictionQueue, pod_key
+from controller.termination.eviction import EvictionQueue
+from controller.termination.instance import (
+    DISRUPTION_REASON,
+    DRAINED,
+    VOLUMES_DETACHED,
+    instance_gone,
+    terminate_instance,
+    write_conditions,
+)
+from controller.termination.terminator import Terminator
 
 log = logging.getLogger("karpy.termination")
 
 Obj = dict[str, Any]
 
-DRAINED = "Drained"
-VOLUMES_DETACHED = "VolumesDetached"
-INSTANCE_TERMINATING = "InstanceTerminating"
-DISRUPTION_REASON = "DisruptionReason"
-_LOCK_STRIPES = 64
+
+def meta(obj: Obj | None) -> Obj:
+    """An object's metadata ({} when it has none)."""
+    return (obj or {}).get("metadata") or {}
 
 
-def _meta(obj: Obj) -> Obj:
-    return obj.get("metadata") or {}
+def name_of(obj: Obj | None) -> str:
+    """An object's name."""
+    return str(meta(obj).get("name") or "")
 
 
-def _name(obj: Obj) -> str:
-    return str(_meta(obj).get("name") or "")
+def labels_of(obj: Obj | None) -> dict[str, str]:
+    """A copy of an object's labels."""
+    return dict(meta(obj).get("labels") or {})
 
 
-def _deleting(obj: Obj) -> bool:
-    return bool(_meta(obj).get("deletionTimestamp"))
+def deleting(obj: Obj | None) -> bool:
+    """Whether the object has a deletionTimestamp."""
+    return bool(meta(obj).get("deletionTimestamp"))
 
 
-def _has_finalizer(obj: Obj) -> bool:
-    return L.TERMINATION_FINALIZER in (_meta(obj).get("finalizers") or [])
-
-
-def _labels(obj: Obj) -> dict[str, str]:
-    return dict(_meta(obj).get("labels") or {})
-
-
-def _claim_provider_id(claim: Obj) -> str:
-    return str((claim.get("status") or {}).get("providerID") or "")
+def read(client: KubeClient, res: R.Resource, name: str) -> Obj | None:
+    """A fresh read of a cluster-scoped object (None when it is gone): every pass starts from the API's view."""
+    try:
+        return client.get(res, name)
+    except NotFoundError:
+        return None
 
 
 def _node_provider_id(node: Obj) -> str:
     return str((node.get("spec") or {}).get("providerID") or "")
 
 
-def _pretty_names(names: list[str], limit: int = 5) -> str:
+def pretty_names(names: list[str], limit: int = 5) -> str:
     """Up to `limit` names, then how many more (as Karpenter's pretty.Slice)."""
     shown = ", ".join(names[:limit])
     return shown if len(names) <= limit else f"{shown} and {len(names) - limit} other(s)"
 
 
-class Terminator:
-    """Finalizes deleted NodeClaims and deleted karpy Nodes (finalizer karpenter.sh/termination)."""
+def eviction_reason(claim: Obj | None) -> str:
+    """Why pods are evicted, for the Evicted event and pods_drained_total: the NodeClaim's DisruptionReason, else
+    Karpenter's "Forceful Termination"."""
+    cond = D.get_condition((claim or {}).get("status"), DISRUPTION_REASON)
+    if cond is not None and cond.get("status") == "True" and cond.get("reason"):
+        return str(cond["reason"])
+    return "Forceful Termination"
+
+
+class TerminationController:
+    """Finalizes deleted karpy Nodes (finalizer karpenter.sh/termination), with or without a NodeClaim."""
 
     def __init__(self, client: KubeClient, cluster: Cluster, cloud: CloudProvider, recorder: Recorder,
                  clock: Callable[[], float] = time.time) -> None:
@@ -88,325 +108,94 @@ class Terminator:
         self.cloud = cloud
         self.recorder = recorder
         self.clock = clock
-        self._locks = [threading.Lock() for _ in range(_LOCK_STRIPES)]
-        self.evictions = EvictionQueue(client, recorder)
+        self.terminator = Terminator(client, cluster.pods_on_node, recorder)
 
-    # ---- entry points ------------------------------------------------------------------------------------------
-    def reconcile_nodeclaim(self, name: str) -> Result:
-        """One pass over a NodeClaim: nothing unless it is deleted and still carries the termination finalizer."""
-        with self._lock(f"nodeclaim/{name}"):
-            claim = self._get(R.NODECLAIMS, name)
-            if claim is None or not _deleting(claim) or not _has_finalizer(claim):
-                return Result()
-            return self._finalize_claim(claim, "nodeclaim.termination")
+    @property
+    def evictions(self) -> EvictionQueue:
+        """The eviction queue every drain pass shares."""
+        return self.terminator.evictions
 
-    def reconcile_node(self, name: str) -> Result:
-        """One pass over a Node: a deleted Node with the termination finalizer deletes its NodeClaim and is then
-        terminated with it; a Node without a NodeClaim is drained on its own and let go."""
-        node = self._get(R.NODES, name)
-        if node is None or not _deleting(node) or not _has_finalizer(node):
+    def reconcile(self, name: str) -> Result:
+        """One pass over a Node: nothing unless it is deleted and still carries the termination finalizer."""
+        node = read(self.client, R.NODES, name)
+        if node is None or not deleting(node) or L.TERMINATION_FINALIZER not in (meta(node).get("finalizers") or []):
             return Result()
+        extra: Obj = {"controller": "node.termination", "Node": {"name": name}}
         pid = _node_provider_id(node)
-        claim = self.cluster.nodeclaim_for_provider_id(pid) if pid else None
+        claim = self._nodeclaim(pid)
         if claim is not None:
-            claim_name = _name(claim)
-            if not _deleting(claim):
+            extra["NodeClaim"] = {"name": name_of(claim)}
+            if not deleting(claim):
                 with contextlib.suppress(NotFoundError):
-                    self.client.delete(R.NODECLAIMS, claim_name)
-            with self._lock(f"nodeclaim/{claim_name}"):
-                fresh = self._get(R.NODECLAIMS, claim_name)
-                if fresh is not None and _deleting(fresh) and _has_finalizer(fresh) \
-                        and _claim_provider_id(fresh) in ("", pid):
-                    return self._finalize_claim(fresh, "node.termination")
-        with self._lock(f"node/{name}"):
-            node = self._get(R.NODES, name)
-            if node is None or not _deleting(node) or not _has_finalizer(node):
-                return Result()
-            return self._finalize_node(node)
-
-    # ---- the NodeClaim flow ------------------------------------------------------------------------------------
-    def _finalize_claim(self, claim: Obj, controller: str) -> Result:
-        name = _name(claim)
-        extra: Obj = {"controller": controller, "NodeClaim": {"name": name}}
-        claim = self._ensure_termination_timestamp(claim, extra)
+                    self.client.delete(R.NODECLAIMS, name_of(claim))
+                claim = self._nodeclaim(pid)
+        # the kubelet is not running and the instance is gone: nothing is left to drain or terminate
+        if not C.node_ready(node) and pid and instance_gone(self.cloud, pid):
+            self._remove_finalizer(node, extra)
+            return Result()
         deadline = D.termination_deadline(claim)
-        pid = _claim_provider_id(claim)
-        if not pid:  # never launched: nothing to drain or terminate
-            return Result() if self._remove_claim_finalizer(claim, extra) else Result(requeue_after=0.1)
-        node = self._node_for_claim(claim, pid)
-        if node is not None:
-            extra["Node"] = {"name": _name(node)}
-        generation = _meta(claim).get("generation")
-        stored = copy.deepcopy(claim.get("status") or {})
-        status = copy.deepcopy(stored)
-        now = self.clock()
-        result: Result | None = None
-        gone = False
-        drained_now = False
-        if node is not None:
-            if not C.node_ready(node) and self._instance_gone(pid):
-                gone = True  # the kubelet is not running and the instance is gone: nothing left to drain
-            else:
-                node = self._taint(node, extra)
-                annotation = (_meta(claim).get("annotations") or {}).get(L.NODECLAIM_TERMINATION_TIMESTAMP)
-                if deadline is not None:
-                    self.recorder.publish(node, "Warning", "TerminationGracePeriodExpiring",
-                                          f"All pods will be deleted by {annotation}")
-                result, drained_now = self._drain(node, claim, status, deadline, now, extra)
-                if result is None:
-                    result = self._await_volumes(node, status, deadline, now, generation)
-        if result is None and not gone:
-            result = self._terminate_instance(pid, status, now, generation)
-            if result is None:
-                # Karpenter: from InstanceTerminating's transition until the cloud says the instance is gone
-                began = D.parse_time((D.get_condition(status, INSTANCE_TERMINATING) or {}).get("lastTransitionTime"))
-                if began is not None:
-                    M.NODECLAIMS_INSTANCE_TERMINATION_DURATION.labels(
-                        nodepool=_labels(claim).get(L.NODEPOOL, "")).observe(max(now - began, 0.0))
-        if result is not None:
-            if status != stored:
-                patched = self._write_status(claim, status)
-                if patched is None:
-                    return Result()
-                if isinstance(patched, Result):
-                    return patched
-            if drained_now:
-                M.NODES_DRAINED.labels(nodepool=_labels(claim).get(L.NODEPOOL, "")).inc()
-            return result
-        if drained_now:
-            M.NODES_DRAINED.labels(nodepool=_labels(claim).get(L.NODEPOOL, "")).inc()
-        if node is not None:
-            self._delete_node(node, extra, D.parse_time(_meta(claim).get("deletionTimestamp")))
-        return Result() if self._remove_claim_finalizer(claim, extra) else Result(requeue_after=0.1)
-
-    def _ensure_termination_timestamp(self, claim: Obj, extra: Obj) -> Obj:
-        """Annotate a deleted NodeClaim with deletionTimestamp + terminationGracePeriod (once; the deadline never
-        moves afterwards)."""
-        if L.NODECLAIM_TERMINATION_TIMESTAMP in (_meta(claim).get("annotations") or {}):
-            return claim
-        value = D.termination_timestamp(claim)
-        if value is None:
-            return claim
+        if claim is not None and deadline is not None:
+            self.recorder.publish(node, "Warning", "TerminationGracePeriodExpiring",
+                                  "All pods will be deleted by "
+                                  f"{(meta(claim).get('annotations') or {}).get(L.NODECLAIM_TERMINATION_TIMESTAMP)}")
         try:
-            patched = self.client.patch(R.NODECLAIMS, _name(claim),
-                                        {"metadata": {"annotations": {L.NODECLAIM_TERMINATION_TIMESTAMP: value}}})
+            node = self.terminator.taint(node, extra)
         except NotFoundError:
-            return claim
-        log.info("annotated nodeclaim", extra={**extra, L.NODECLAIM_TERMINATION_TIMESTAMP: value})
-        self.recorder.publish(patched, "Warning", "TerminationGracePeriodExpiring",
-                              f"All pods will be deleted by {value}")
-        return patched
-
-    def _node_for_claim(self, claim: Obj, pid: str) -> Obj | None:
-        """The NodeClaim's Node, read fresh: by status.nodeName, else by providerID from the cache."""
-        name = str((claim.get("status") or {}).get("nodeName") or "")
-        if not name:
-            cached = self.cluster.node_for_provider_id(pid)
-            name = _name(cached) if cached is not None else ""
-        if not name:
-            return None
-        node = self._get(R.NODES, name)
-        if node is None or _node_provider_id(node) not in ("", pid):
-            return None
-        return node
-
-    def _write_status(self, claim: Obj, status: Obj) -> Obj | Result | None:
-        """Write the conditions to the status subresource, locked on the resourceVersion read at the start of the
-        pass (a merge patch replaces the whole list); a conflict means another pass moved first: look again soon."""
-        body = {"metadata": {"resourceVersion": _meta(claim).get("resourceVersion")},
-                "status": {"conditions": status.get("conditions") or []}}
-        try:
-            return self.client.patch(R.NODECLAIMS, _name(claim), body, subresource="status")
-        except NotFoundError:
-            return None
-        except ConflictError:
+            return Result()
+        except ConflictError:  # the Node changed since we read it: look again
             return Result(requeue_after=0.1)
 
-    def _remove_claim_finalizer(self, claim: Obj, extra: Obj) -> bool:
-        """Drop karpenter.sh/termination from the NodeClaim with a JSON patch that tests the entry it removes, so a
-        finalizer someone else added meanwhile is never lost; False when the list kept changing under us."""
-        for _ in range(3):
-            finalizers = list(_meta(claim).get("finalizers") or [])
-            if L.TERMINATION_FINALIZER not in finalizers:
-                return True
-            i = finalizers.index(L.TERMINATION_FINALIZER)
-            patch = [{"op": "test", "path": f"/metadata/finalizers/{i}", "value": L.TERMINATION_FINALIZER},
-                     {"op": "remove", "path": f"/metadata/finalizers/{i}"}]
-            try:
-                self.client.patch(R.NODECLAIMS, _name(claim), patch, patch_type="json")
-            except NotFoundError:
-                return True
-            except InvalidError:  # the list changed under us: read it again
-                fresh = self._get(R.NODECLAIMS, _name(claim))
-                if fresh is None:
-                    return True
-                claim = fresh
-                continue
-            log.info("deleted nodeclaim", extra=extra)
-            labels = _labels(claim)
-            reason = D.get_condition(claim.get("status"), DISRUPTION_REASON) or {}
-            M.NODECLAIMS_TERMINATED.labels(
-                nodepool=labels.get(L.NODEPOOL, ""), capacity_type=labels.get(L.CAPACITY_TYPE, ""),
-                zone=labels.get(L.ZONE, ""),
-                reason=str(reason.get("reason") or "") if reason.get("status") == "True" else "").inc()
-            deleted = D.parse_time(_meta(claim).get("deletionTimestamp"))
-            if deleted is not None:
-                M.NODECLAIMS_TERMINATION_DURATION.labels(nodepool=labels.get(L.NODEPOOL, "")).observe(
-                    max(self.clock() - deleted, 0.0))
-            return True
-        return False
-
-    # ---- the Node flow -----------------------------------------------------------------------------------------
-    def _finalize_node(self, node: Obj) -> Result:
-        """A deleted Node without a NodeClaim: drain it (no deadline), wait for its volumes, let it go."""
-        extra: Obj = {"controller": "node.termination", "Node": {"name": _name(node)}}
-        pid = _node_provider_id(node)
-        if not (not C.node_ready(node) and pid and self._instance_gone(pid)):
-            node = self._taint(node, extra)
-            now = self.clock()
-            scratch: Obj = {}
-            result, _ = self._drain(node, None, scratch, None, now, extra)
-            if result is None:
-                result = self._await_volumes(node, scratch, None, now, None)
-            if result is not None:
-                return result
-        self._remove_node_finalizer(node, extra)
+        now = self.clock()
+        stored = copy.deepcopy((claim or {}).get("status") or {})
+        status = copy.deepcopy(stored)
+        generation = meta(claim).get("generation") if claim is not None else None
+        result = self._await_drain(node, claim, status, deadline, now, extra)
+        if result is None:
+            result = self._await_volume_detachment(node, claim is not None, status, deadline, now, generation)
+        if result is None and claim is not None and pid \
+                and not terminate_instance(self.cloud, pid, status, now, generation):
+            result = Result(requeue_after=D.INSTANCE_POLL)
+        if claim is not None and status != stored:
+            patched = write_conditions(self.client, claim, status)
+            if isinstance(patched, Result):
+                return patched
+            # counted once, after the condition that says so is written (never for a Node without a NodeClaim)
+            if not C.is_true(stored, DRAINED) and C.is_true(status, DRAINED):
+                M.NODES_DRAINED.labels(nodepool=labels_of(node).get(L.NODEPOOL, "")).inc()
+        if result is not None:
+            return result
+        self._remove_finalizer(node, extra)
         return Result()
 
-    def _taint(self, node: Obj, extra: Obj) -> Obj:
-        """Idempotently taint karpenter.sh/disrupted:NoSchedule (replacing that key with another effect) and label
-        node.kubernetes.io/exclude-from-external-load-balancers, in one patch."""
-        need_label = _labels(node).get(D.EXCLUDE_LB_LABEL) != D.EXCLUDE_LB_VALUE
-        need_taint = not D.has_disrupted_taint(node)
-        if not need_label and not need_taint:
-            return node
-        taints = [t for t in (node.get("spec") or {}).get("taints") or [] if isinstance(t, dict)]
-        same_key = [t for t in taints if t.get("key") == D.DISRUPTED_TAINT["key"]]
-        label_patch = {D.EXCLUDE_LB_LABEL: D.EXCLUDE_LB_VALUE}
-        if need_taint and same_key:
-            # the key is there with another effect: replace the list, locked on the resourceVersion we read
-            new_taints = [t for t in taints if t.get("key") != D.DISRUPTED_TAINT["key"]] + [dict(D.DISRUPTED_TAINT)]
-            body: Obj = {"metadata": {"labels": label_patch, "resourceVersion": _meta(node).get("resourceVersion")},
-                         "spec": {"taints": new_taints}}
-            patched = self.client.patch(R.NODES, _name(node), body)
-        else:
-            body = {"metadata": {"labels": label_patch}}
-            if need_taint:
-                body["spec"] = {"taints": [dict(D.DISRUPTED_TAINT)]}  # strategic merge: keyed by taint key
-            patched = self.client.patch(R.NODES, _name(node), body, patch_type="strategic")
-        if need_taint:
-            log.info("tainted node", extra={**extra, "taint.Key": D.DISRUPTED_TAINT["key"], "taint.Value": "",
-                                            "taint.Effect": D.DISRUPTED_TAINT["effect"]})
-        return patched
-
-    def _remove_node_finalizer(self, node: Obj, extra: Obj, requested: float | None = None) -> None:
-        """Drop karpenter.sh/termination from the Node (a strategic merge patch removes just that entry)."""
-        try:
-            self.client.patch(R.NODES, _name(node),
-                              {"metadata": {"$deleteFromPrimitiveList/finalizers": [L.TERMINATION_FINALIZER]}},
-                              patch_type="strategic")
-        except NotFoundError:  # someone else let it go
-            return
-        self._node_terminated(node, extra, requested)
-
-    def _delete_node(self, node: Obj, extra: Obj, requested: float | None = None) -> None:
-        """The instance is gone: delete the Node if nobody has, and drop our finalizer so it goes."""
-        if not _deleting(node):
-            try:
-                self.client.delete(R.NODES, _name(node))
-            except NotFoundError:
-                return
-        if _has_finalizer(node):
-            self._remove_node_finalizer(node, extra, requested)
-        else:
-            self._node_terminated(node, extra, requested)
-
-    def _node_terminated(self, node: Obj, extra: Obj, requested: float | None = None) -> None:
-        """Log and count a Node let go; its termination took from its deletion (or its NodeClaim's) until now."""
-        log.info("deleted node", extra=extra)
-        labels = _labels(node)
-        M.NODES_TERMINATED.labels(nodepool=labels.get(L.NODEPOOL, ""), zone=labels.get(L.ZONE, "")).inc()
-        since = D.parse_time(_meta(node).get("deletionTimestamp")) or requested
-        if since is not None:
-            M.NODES_TERMINATION_DURATION.labels(nodepool=labels.get(L.NODEPOOL, "")).observe(
-                max(self.clock() - since, 0.0))
-        created = D.parse_time(_meta(node).get("creationTimestamp"))
-        if created is not None:
-            M.NODES_LIFETIME_DURATION.labels(nodepool=labels.get(L.NODEPOOL, "")).observe(
-                max(self.clock() - created, 0.0))
-
-    # ---- drain -------------------------------------------------------------------------------------------------
-    def _drain(self, node: Obj, claim: Obj | None, status: Obj, deadline: float | None, now: float,
-               extra: Obj) -> tuple[Result | None, bool]:
-        """One drain pass; (None, whether Drained turned True now) once the node is drained, else a requeue."""
-        generation = _meta(claim).get("generation") if claim is not None else None
+    # ---- the steps, in Karpenter's order -----------------------------------------------------------------------
+    def _await_drain(self, node: Obj, claim: Obj | None, status: Obj, deadline: float | None, now: float,
+                     extra: Obj) -> Result | None:
+        """One drain pass; None once the node is drained (and, with a NodeClaim, Drained has been Unknown for the
+        minimum drain time), else when to look again."""
+        generation = meta(claim).get("generation") if claim is not None else None
         if claim is not None and D.get_condition(status, DRAINED) is None:
             D.set_condition(status, DRAINED, "Unknown", "Draining", "Draining", now, generation)
-        pods = self.cluster.pods_on_node(_name(node))
-        plan = D.plan_drain(pods, deadline, now)
-        reason = self._eviction_reason(claim)
-        for pod in plan.delete:
-            assert deadline is not None
-            self._force_delete(pod, deadline, now, reason, extra)
-        for pod in plan.evict:
-            self.evictions.evict(pod, node, now, reason)
-        if not plan.drained:
+        drain = self.terminator.drain(node, deadline, now, eviction_reason(claim), extra)
+        if not drain.drained:
             self.recorder.publish(node, "Warning", "FailedDraining",
-                                  f"Failed to drain node, {len(plan.waiting)} pods are waiting to be evicted")
-            wait = self.evictions.next_try(plan.evict, now)
-            delay = D.DRAIN_REQUEUE if wait is None else min(max(wait, 0.05), D.DRAIN_REQUEUE)
-            return Result(requeue_after=delay), False
+                                  f"Failed to drain node, {drain.waiting} pods are waiting to be evicted")
+            delay = D.DRAIN_REQUEUE if drain.retry_in is None else min(max(drain.retry_in, 0.05), D.DRAIN_REQUEUE)
+            return Result(requeue_after=delay)
         if claim is None:
-            return None, False
+            return None
         cond = D.get_condition(status, DRAINED) or {}
         if cond.get("status") == "Unknown":
             since = D.parse_time(cond.get("lastTransitionTime"))
             elapsed = now - since if since is not None else D.MIN_DRAIN_TIME
             if elapsed < D.MIN_DRAIN_TIME:  # pods bound just before the taint was seen get their chance
-                return Result(requeue_after=min(D.DRAIN_REQUEUE, D.MIN_DRAIN_TIME - elapsed)), False
-        was_true = cond.get("status") == "True"
+                return Result(requeue_after=min(D.DRAIN_REQUEUE, D.MIN_DRAIN_TIME - elapsed))
         D.set_condition(status, DRAINED, "True", DRAINED, "", now, generation)
-        return None, not was_true
+        return None
 
-    def _eviction_reason(self, claim: Obj | None) -> str:
-        """Why pods are evicted, for the Evicted event and pods_drained_total (Karpenter's wording)."""
-        cond = D.get_condition((claim or {}).get("status"), DISRUPTION_REASON)
-        if cond is not None and cond.get("status") == "True" and cond.get("reason"):
-            return str(cond["reason"])
-        return "Forceful Termination"
-
-    def _force_delete(self, pod: Obj, deadline: float, now: float, reason: str, extra: Obj) -> None:
-        """Delete a pod whose grace period would outlast the node's deadline, with what is left of it (bypassing its
-        PDB and do-not-disrupt)."""
-        key = pod_key(pod)
-        meta = _meta(pod)
-        if self.evictions.acted_recently(key, now):
-            return
-        grace = D.force_delete_grace(deadline, now)
-        tgps = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")
-        self.recorder.publish(pod, "Normal", "Disrupted",
-                              f"Deleting the pod to accommodate the terminationTime {D.format_time(deadline)} of the "
-                              f"node. The pod was granted {grace} seconds of grace-period of its {tgps} "
-                              "terminationGracePeriodSeconds. This bypasses the PDB of the pod and the do-not-disrupt "
-                              "annotation.")
-        try:
-            self.client.delete(R.PODS, str(meta.get("name")), str(meta.get("namespace")),
-                               grace_period_seconds=grace, uid=meta.get("uid"))
-        except (NotFoundError, ConflictError):
-            self.evictions.acted(key, now)
-            return
-        self.evictions.acted(key, now)
-        log.debug("deleting pod", extra={**extra, "namespace": meta.get("namespace"), "name": meta.get("name"),
-                                         "pod.terminationGracePeriodSeconds": tgps,
-                                         "delete.gracePeriodSeconds": grace,
-                                         "nodeclaim.terminationTime": D.format_time(deadline)})
-        M.PODS_DRAINED.labels(reason=reason).inc()
-
-    # ---- volumes and the instance ------------------------------------------------------------------------------
-    def _await_volumes(self, node: Obj, status: Obj, deadline: float | None, now: float,
-                       generation: int | None) -> Result | None:
+    def _await_volume_detachment(self, node: Obj, has_claim: bool, status: Obj, deadline: float | None, now: float,
+                                 generation: int | None) -> Result | None:
         """Wait for the node's VolumeAttachments to go (those of undrainable pods excepted), until the deadline."""
-        node_name = _name(node)
+        node_name = name_of(node)
         on_node = self.cluster.volume_attachments_on_node(node_name)  # an indexed informer, no list per pass
         ignored: set[str] = set()
         if on_node:
@@ -417,45 +206,49 @@ class Terminator:
                     ignored.add(str(volume))
         blocking = D.blocking_volume_attachments(on_node, node_name, ignored)
         if not blocking:
-            D.set_condition(status, VOLUMES_DETACHED, "True", VOLUMES_DETACHED, "", now, generation)
+            if has_claim:
+                D.set_condition(status, VOLUMES_DETACHED, "True", VOLUMES_DETACHED, "", now, generation)
             return None
         if deadline is None or now <= deadline:
             self.recorder.publish(node, "Normal", "AwaitingVolumeDetachment",
                                   "Awaiting deletion of bound volumeattachments "
-                                  f"({_pretty_names([_name(va) for va in blocking])})")
-            D.set_condition(status, VOLUMES_DETACHED, "Unknown", "AwaitingVolumeDetachment",
-                            "AwaitingVolumeDetachment", now, generation)
+                                  f"({pretty_names([name_of(va) for va in blocking])})")
+            if has_claim:
+                D.set_condition(status, VOLUMES_DETACHED, "Unknown", "AwaitingVolumeDetachment",
+                                "AwaitingVolumeDetachment", now, generation)
             return Result(requeue_after=D.DRAIN_REQUEUE)
-        D.set_condition(status, VOLUMES_DETACHED, "False", "TerminationGracePeriodElapsed",
-                        "TerminationGracePeriodElapsed", now, generation)
+        if has_claim:
+            D.set_condition(status, VOLUMES_DETACHED, "False", "TerminationGracePeriodElapsed",
+                            "TerminationGracePeriodElapsed", now, generation)
         return None
 
-    def _instance_gone(self, pid: str) -> bool:
-        """Whether the cloud no longer has the instance."""
+    def _remove_finalizer(self, node: Obj, extra: Obj) -> None:
+        """Drop karpenter.sh/termination from the Node (a strategic merge patch removes just that entry), then log
+        and count it: its termination took from its deletion until now."""
         try:
-            self.cloud.get(pid)
-        except NodeClaimNotFoundError:
-            return True
-        return False
-
-    def _terminate_instance(self, pid: str, status: Obj, now: float, generation: int | None) -> Result | None:
-        """Terminate the instance once (InstanceTerminating), then poll every 5 s until the cloud says it is gone."""
-        cond = D.get_condition(status, INSTANCE_TERMINATING)
-        if cond is None or cond.get("status") != "True":
-            with contextlib.suppress(NodeClaimNotFoundError):
-                self.cloud.delete(pid)
-            D.set_condition(status, INSTANCE_TERMINATING, "True", INSTANCE_TERMINATING, "", now, generation)
-        if self._instance_gone(pid):
-            return None
-        return Result(requeue_after=D.INSTANCE_POLL)
+            self.client.patch(R.NODES, name_of(node),
+                              {"metadata": {"$deleteFromPrimitiveList/finalizers": [L.TERMINATION_FINALIZER]}},
+                              patch_type="strategic")
+        except NotFoundError:  # someone else let it go
+            return
+        labels = labels_of(node)
+        now = self.clock()
+        M.NODES_TERMINATED.labels(nodepool=labels.get(L.NODEPOOL, ""), zone=labels.get(L.ZONE, "")).inc()
+        deleted = D.parse_time(meta(node).get("deletionTimestamp"))
+        if deleted is not None:
+            M.NODES_TERMINATION_DURATION.labels(nodepool=labels.get(L.NODEPOOL, "")).observe(max(now - deleted, 0.0))
+        created = D.parse_time(meta(node).get("creationTimestamp"))
+        if created is not None:
+            M.NODES_LIFETIME_DURATION.labels(nodepool=labels.get(L.NODEPOOL, "")).observe(max(now - created, 0.0))
+        log.info("deleted node", extra=extra)
 
     # ---- plumbing ----------------------------------------------------------------------------------------------
-    def _get(self, res: R.Resource, name: str, namespace: str | None = None) -> Obj | None:
-        try:
-            return self.client.get(res, name, namespace)
-        except NotFoundError:
+    def _nodeclaim(self, pid: str) -> Obj | None:
+        """The Node's NodeClaim, found by providerID in the cache and read fresh."""
+        cached = self.cluster.nodeclaim_for_provider_id(pid) if pid else None
+        if cached is None:
             return None
-
-    def _lock(self, key: str) -> threading.Lock:
-        """One of a fixed set of locks: passes over the same NodeClaim or Node never run at once."""
-        return self._locks[hash(key) % _LOCK_STRIPES]
+        claim = read(self.client, R.NODECLAIMS, name_of(cached))
+        if claim is None or str((claim.get("status") or {}).get("providerID") or "") not in ("", pid):
+            return None
+        return claim

@@ -68,6 +68,9 @@ def test_drain_waits_for_a_pdb(world: World, kubelet, start_controller):
     wait_for("disrupted taint", lambda: any(t.key == "karpenter.sh/disrupted" for t in
                                             world.core.read_node(node_name).spec.taints or []), timeout=60)
     settle(5)
+    # Karpenter's order: the NodeClaim's finalizer deleted the Node at once; the Node's own finalizer holds it
+    held = world.core.read_node(node_name)
+    assert held.metadata.deletion_timestamp is not None and "karpenter.sh/termination" in held.metadata.finalizers
     assert len([p for p in world.bound_pods(ns, "db") if p.spec.node_name == node_name]) >= 1
     assert not _gone(world.custom.get_cluster_custom_object, "karpenter.sh", "v1", "nodeclaims", name)
     events = [e for e in world.core.list_namespaced_event("default").items if e.reason == "FailedDraining"]

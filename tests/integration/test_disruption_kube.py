@@ -229,6 +229,59 @@ def test_delete_command_deletes_at_once(world: World, pool: str) -> None:
     assert deleting(world, cand.name)
 
 
+def reason_of(world: World, name: str) -> tuple[str, str] | None:
+    """The NodeClaim's DisruptionReason condition as (status, reason), read from the API."""
+    claim = live(world, name)
+    cond = next((c for c in ((claim or {}).get("status") or {}).get("conditions") or []
+                 if c.get("type") == "DisruptionReason"), None)
+    return (cond["status"], cond["reason"]) if cond else None
+
+
+def test_candidates_carry_the_disruption_reason_until_the_command_fails(world: World, pool: str) -> None:
+    cands = [candidate(world, pool), candidate(world, pool)]
+    now = [0.0]
+    queue = Queue(world.cluster, world.client, world.recorder, clock=lambda: now[0], retry_seconds=60)
+    queue.start(Command(method=DRIFT, reason="Drifted", candidates=cands, replacements=[replacement(world, pool)]))
+    assert [reason_of(world, c.name) for c in cands] == [("True", "Drifted")] * 2
+    stored = live(world, cands[0].name)
+    assert stored is not None and {c["type"] for c in stored["status"]["conditions"]} >= {
+        "Launched", "Registered", "Initialized", "Ready"}, "the lifecycle's conditions are kept"
+    queue.tick()
+    assert [reason_of(world, c.name) for c in cands] == [("True", "Drifted")] * 2
+    now[0] = 61
+    queue.tick()  # the command ran out of time: taints and reasons come off
+    assert [reason_of(world, c.name) for c in cands] == [None, None]
+    assert not any(tainted(world, c.node_name) for c in cands)
+
+
+def test_pods_of_a_disrupted_node_are_evicted_under_its_disruption_reason(world: World, pool: str) -> None:
+    from tests.integration.test_termination_kube import FakeCloud, make_pod, termination
+
+    cand = candidate(world, pool)
+    world.client.patch(R.NODES, cand.node_name, {"metadata": {"finalizers": [L.TERMINATION_FINALIZER]}})
+    pid = str(cand.nodeclaim["status"]["providerID"])
+    cloud = FakeCloud()
+    cloud.instances.add(pid)
+    ns = f"dr-{uuid.uuid4().hex[:6]}"
+    world.client.create(R.NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    world.cleanups.append(lambda: world.client.delete(R.NAMESPACES, ns))
+    make_pod(world, ns, "app", cand.node_name)
+    wait_for("the cache to see the pod", lambda: world.cluster.pods_on_node(cand.node_name))
+    before = sample("karpenter_pods_drained_total", reason="Drifted")
+    queue = Queue(world.cluster, world.client, world.recorder)
+    queue.start(Command(method=DRIFT, reason="Drifted", candidates=[cand]))
+    queue.tick()
+    assert deleting(world, cand.name)
+    wait_for("the cache to see the reason", lambda: any(
+        c.get("type") == "DisruptionReason" for c in (world.cluster.nodeclaim(cand.name) or {}).get(
+            "status", {}).get("conditions") or []))
+    term = termination(world, cloud)
+    term.claims.reconcile(cand.name)  # deletes the Node
+    term.nodes.reconcile(cand.node_name)  # taints it and evicts the pod
+    assert world.recorder.messages("app", "Evicted") == ["Evicted pod: Drifted"]
+    assert sample("karpenter_pods_drained_total", reason="Drifted") == before + 1
+
+
 # ---- restart: state rebuilt from the cluster --------------------------------------------------------------------
 
 def test_new_process_untaints_and_deletes_replacements_of_an_unfinished_command(world: World, pool: str) -> None:

@@ -1,7 +1,7 @@
-"""Termination against a real control plane: the Terminator is driven pass by pass (as its work queue would) while
-the test plays kubelet, finishing pods the drain deleted. The cloud is a small in-test fake that records deletes:
-these tests are about the Kubernetes side (taint, tiers, PDBs, do-not-disrupt, the grace-period deadline,
-conditions, finalizers); the end-to-end tests run the whole controller against LocalStack."""
+"""Termination against a real control plane: the NodeClaim finalizer and node termination are driven pass by pass
+(as their work queues would) while the test plays kubelet, finishing pods the drain deleted. The cloud is a small
+in-test fake that records deletes: these tests are about the Kubernetes side (taint, tiers, PDBs, do-not-disrupt, the
+grace-period deadline, conditions, finalizers); the end-to-end tests run the whole controller against LocalStack."""
 
 from __future__ import annotations
 
@@ -23,9 +23,10 @@ from controller.kube.client import KubeClient
 from controller.kube.errors import NotFoundError
 from controller.kube.events import Recorder
 from controller.kube.workqueue import Result
+from controller.nodeclaim.termination import NodeClaimTerminationController
 from controller.state.cluster import Cluster
 from controller.termination import drain as D
-from controller.termination.controller import Terminator
+from controller.termination.controller import TerminationController
 from tests.integration.kubelet import FakeKubelet
 from tests.kubetest import install_crds
 
@@ -128,6 +129,29 @@ def ns(world: World) -> Iterator[str]:
                 world.client.delete(R.PODS, p["metadata"]["name"], name, grace_period_seconds=0)
         with contextlib.suppress(NotFoundError):
             world.client.delete(R.NAMESPACES, name)
+
+
+@dataclass
+class Termination:
+    """Both finalizers' controllers, as `karpy controller` runs them: the NodeClaim's and the Node's."""
+
+    claims: NodeClaimTerminationController
+    nodes: TerminationController
+
+    @property
+    def evictions(self) -> Any:
+        return self.nodes.evictions
+
+    def one_pass(self, claim: str, node: str) -> Result:
+        """One pass of each (the NodeClaim's first, as its deletion comes first); the sooner of their requeues."""
+        results = [self.claims.reconcile(claim), self.nodes.reconcile(node) if node else Result()]
+        waits = [r.requeue_after for r in results if r.requeue_after is not None]
+        return Result(requeue_after=min(waits) if waits else None)
+
+
+def termination(world: World, cloud: FakeCloud) -> Termination:
+    return Termination(NodeClaimTerminationController(world.client, world.cluster, cloud, world.recorder),
+                       TerminationController(world.client, world.cluster, cloud, world.recorder))
 
 
 # ---- building blocks -----------------------------------------------------------------------------------------
@@ -307,11 +331,17 @@ def test_drain_goes_tier_by_tier_then_the_instance_and_finalizers_go(world: Worl
         finish_terminating(world, ns, node)
         statuses.append(conditions(get(world, R.NODECLAIMS, claim)))
 
-    # a fresh Terminator every pass: nothing is carried in memory between passes, as after a crash and restart
+    # fresh controllers every pass: nothing is carried in memory between passes, as after a crash and restart
     def one_pass() -> Result:
-        return Terminator(world.client, world.cluster, cloud, world.recorder).reconcile_nodeclaim(claim)
+        return termination(world, cloud).one_pass(claim, node)
 
-    one_pass()
+    # Karpenter's order: the NodeClaim's finalizer deletes the Node; the Node's finalizer taints and drains it
+    assert termination(world, cloud).claims.reconcile(claim) == Result()
+    deleting = world.client.get(R.NODES, node)
+    assert deleting["metadata"].get("deletionTimestamp")
+    assert L.TERMINATION_FINALIZER in deleting["metadata"]["finalizers"]
+    assert cloud.deleted == []
+    termination(world, cloud).nodes.reconcile(node)
     tainted = world.client.get(R.NODES, node)
     assert {"key": L.DISRUPTED_TAINT_KEY, "effect": "NoSchedule"} in tainted["spec"]["taints"]
     assert tainted["metadata"]["labels"][D.EXCLUDE_LB_LABEL] == "karpenter"
@@ -326,7 +356,7 @@ def test_drain_goes_tier_by_tier_then_the_instance_and_finalizers_go(world: Worl
     assert any(s.get("Drained") == "True" and s.get("VolumesDetached") == "True"
                and s.get("InstanceTerminating") == "True" for s in statuses)
     for pod in ("app", "critical-app", "daemon", "critical-daemon"):
-        # (a fresh Terminator may evict a pod again while its cache still shows it running: harmless)
+        # (fresh controllers may evict a pod again while their cache still shows it running: harmless)
         assert set(world.recorder.messages(pod, "Evicted")) == {"Evicted pod: Forceful Termination"}
     for pod in ("tolerant", "static", "finished"):
         assert world.recorder.reasons(pod) == []
@@ -364,11 +394,11 @@ def test_a_pdb_blocks_eviction_until_it_allows_it(world: World, ns: str) -> None
         attempts.setdefault(name, []).append(time.monotonic())
         evict(namespace, name, grace_period_seconds, uid)
 
-    terminator = Terminator(world.client, world.cluster, cloud, world.recorder)
-    terminator.evictions.client = _Proxy(world.client, evict=counting_evict)  # type: ignore[assignment]
+    terminator = termination(world, cloud)
+    terminator.evictions.client = _Proxy(world.client, evict=counting_evict)
     world.client.delete(R.NODECLAIMS, claim)
     until = time.monotonic() + 4
-    drive(world, lambda: terminator.reconcile_nodeclaim(claim), lambda: time.monotonic() > until, timeout=10)
+    drive(world, lambda: terminator.one_pass(claim, node), lambda: time.monotonic() > until, timeout=10)
 
     # refused (429) and retried with a per-pod backoff, nothing evicted
     assert set(pods_on(world, ns, node)) == set(originals)
@@ -383,7 +413,7 @@ def test_a_pdb_blocks_eviction_until_it_allows_it(world: World, ns: str) -> None
     assert cloud.deleted == []
 
     world.client.patch(R.PDBS, "web", {"spec": {"maxUnavailable": 2}}, namespace=ns)
-    drive(world, lambda: terminator.reconcile_nodeclaim(claim), lambda: get(world, R.NODECLAIMS, claim) is None,
+    drive(world, lambda: terminator.one_pass(claim, node), lambda: get(world, R.NODECLAIMS, claim) is None,
           timeout=60, node=node)
     for name in originals:
         assert world.recorder.messages(name, "Evicted") == ["Evicted pod: Forceful Termination"]
@@ -399,7 +429,7 @@ def test_do_not_disrupt_pods_wait_for_the_grace_period(world: World, ns: str) ->
     make_pod(world, ns, "batch", node, tgps=5, annotations={L.DO_NOT_DISRUPT: "true"})
     wait_pods_cached(world, node, 2)
     world.client.delete(R.NODECLAIMS, claim)
-    terminator = Terminator(world.client, world.cluster, cloud, world.recorder)
+    terminator = termination(world, cloud)
     deleted_at: dict[str, float] = {}
 
     def kubelet() -> None:
@@ -408,12 +438,12 @@ def test_do_not_disrupt_pods_wait_for_the_grace_period(world: World, ns: str) ->
                 deleted_at.setdefault(n, time.time())
         finish_terminating(world, ns, node)
 
-    terminator.reconcile_nodeclaim(claim)
+    terminator.one_pass(claim, node)
     stamped = world.client.get(R.NODECLAIMS, claim)
     deadline = D.parse_time(stamped["metadata"]["annotations"][L.NODECLAIM_TERMINATION_TIMESTAMP])
     deleted = D.parse_time(stamped["metadata"]["deletionTimestamp"])
     assert deadline is not None and deleted is not None and deadline == deleted + 15
-    drive(world, lambda: terminator.reconcile_nodeclaim(claim), lambda: get(world, R.NODECLAIMS, claim) is None,
+    drive(world, lambda: terminator.one_pass(claim, node), lambda: get(world, R.NODECLAIMS, claim) is None,
           timeout=60, each=kubelet, node=node)
 
     assert get(world, R.PODS, "web", ns) is None  # evicted at once
@@ -436,7 +466,7 @@ def test_the_grace_period_deadline_forces_deletion_past_a_pdb(world: World, ns: 
              "the disruption controller to count the healthy pod")
     wait_pods_cached(world, node, 2)
     world.client.delete(R.NODECLAIMS, claim)
-    terminator = Terminator(world.client, world.cluster, cloud, world.recorder)
+    terminator = termination(world, cloud)
     deleted: dict[str, tuple[float, float | None]] = {}  # pod -> (seen at, its deletionTimestamp)
 
     def kubelet() -> None:
@@ -445,7 +475,7 @@ def test_the_grace_period_deadline_forces_deletion_past_a_pdb(world: World, ns: 
                 deleted.setdefault(n, (time.time(), D.parse_time(p["metadata"]["deletionTimestamp"])))
         finish_terminating(world, ns, node)
 
-    drive(world, lambda: terminator.reconcile_nodeclaim(claim), lambda: get(world, R.NODECLAIMS, claim) is None,
+    drive(world, lambda: terminator.one_pass(claim, node), lambda: get(world, R.NODECLAIMS, claim) is None,
           timeout=60, each=kubelet, node=node)
     claim_events = world.recorder.messages(claim, "TerminationGracePeriodExpiring")
     assert len(claim_events) == 1
@@ -470,14 +500,14 @@ def test_a_user_deleting_the_node_terminates_its_nodeclaim(world: World, ns: str
     make_pod(world, ns, "app", node, tgps=10)
     wait_pods_cached(world, node, 1)
     world.client.delete(R.NODES, node)
-    terminator = Terminator(world.client, world.cluster, cloud, world.recorder)
+    terminator = termination(world, cloud)
     seen: list[Obj | None] = []
 
     def kubelet() -> None:
         seen.append(get(world, R.NODECLAIMS, claim))
         finish_terminating(world, ns, node)
 
-    drive(world, lambda: terminator.reconcile_node(node),
+    drive(world, lambda: terminator.one_pass(claim, node),
           lambda: get(world, R.NODES, node) is None and get(world, R.NODECLAIMS, claim) is None, timeout=60,
           each=kubelet, node=node)
     assert seen[0] is not None and seen[0]["metadata"].get("deletionTimestamp")  # the NodeClaim was deleted
@@ -486,18 +516,8 @@ def test_a_user_deleting_the_node_terminates_its_nodeclaim(world: World, ns: str
                for c in seen)
     assert world.recorder.messages("app", "Evicted")
     assert cloud.deleted == [pid]
-    assert terminator.reconcile_node(node) == Result()
-    assert terminator.reconcile_nodeclaim(claim) == Result()
-
-
-def test_a_nodeclaim_never_launched_just_lets_go(world: World, ns: str) -> None:
-    cloud = FakeCloud()
-    _, claim, _ = node_and_claim(world, cloud, launched=False)
-    world.client.delete(R.NODECLAIMS, claim)
-    terminator = Terminator(world.client, world.cluster, cloud, world.recorder)
-    assert terminator.reconcile_nodeclaim(claim) == Result()
-    assert get(world, R.NODECLAIMS, claim) is None
-    assert cloud.deleted == []
+    assert terminator.nodes.reconcile(node) == Result()
+    assert terminator.claims.reconcile(claim) == Result()
 
 
 def test_a_not_ready_node_whose_instance_is_gone_is_let_go_without_a_drain(world: World, ns: str) -> None:
@@ -507,8 +527,8 @@ def test_a_not_ready_node_whose_instance_is_gone_is_let_go_without_a_drain(world
     wait_pods_cached(world, node, 1)
     cloud.instances.discard(pid)  # the instance went away behind our back
     world.client.delete(R.NODECLAIMS, claim)
-    terminator = Terminator(world.client, world.cluster, cloud, world.recorder)
-    drive(world, lambda: terminator.reconcile_nodeclaim(claim), lambda: get(world, R.NODECLAIMS, claim) is None,
+    terminator = termination(world, cloud)
+    drive(world, lambda: terminator.one_pass(claim, node), lambda: get(world, R.NODECLAIMS, claim) is None,
           timeout=20)
     assert get(world, R.NODES, node) is None
     app = get(world, R.PODS, "app", ns)

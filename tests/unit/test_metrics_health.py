@@ -16,7 +16,7 @@ from controller import metrics as M
 from controller.cloud.metered import MeteredCloudProvider
 from controller.health import Servers, serve
 from controller.kube import resources as R
-from controller.termination.controller import Terminator
+from controller.nodeclaim.termination import NodeClaimTerminationController
 
 # Karpenter's exposition names (counters with their _total) and label names (Karpenter v1.14)
 KARPENTER = {
@@ -231,8 +231,7 @@ def test_a_nodeclaim_the_lifecycle_deletes_is_counted_terminated_only_when_its_f
     w.lifecycle.reconcile(name)  # ICE: deleted
     assert w.kube.get(R.NODECLAIMS, name)["metadata"].get("deletionTimestamp")
     assert _value("karpenter_nodeclaims_terminated_total", **labels) == before  # not yet: the finalizer is there
-    terminator = Terminator(w.kube, w.kube.cluster, w.cloud, w.recorder)
-    terminator.reconcile_nodeclaim(name)
+    NodeClaimTerminationController(w.kube, w.kube.cluster, w.cloud, w.recorder).reconcile(name)
     assert ("nodeclaims", "", name) not in w.kube.objects
     assert _value("karpenter_nodeclaims_terminated_total", **labels) == before + 1
 

@@ -1,23 +1,19 @@
 """Drain decisions (tiers, which pods are evicted, waited on, deleted or skipped, the terminationGracePeriod deadline,
-the per-pod eviction backoff, the conditions' shape), then the Terminator over an in-memory API for what the control
-plane cannot show quickly: volume attachments, taint replacement, a racing writer, fresh instances every pass."""
+the per-pod eviction backoff, the conditions' shape), then node termination over an in-memory API for what the
+control plane cannot show quickly: volume attachments, taint replacement, a racing writer, fresh controllers every
+pass. The NodeClaim finalizer's own tests are in test_nodeclaim_termination.py."""
 
 from __future__ import annotations
 
-import copy
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from controller.api import conditions as C
-from controller.cloud.errors import NodeClaimNotFoundError
 from controller.kube import resources as R
-from controller.kube.errors import ConflictError, InvalidError, NotFoundError
+from controller.kube.workqueue import Result
 from controller.termination import drain as D
-from controller.termination.controller import Terminator
-
-NOW = 1_700_000_000.0
+from tests.unit.termination_world import NOW, PID, conditions, counter, histogram, world
 
 
 def pod(name: str = "p", *, critical: bool = False, daemon: bool = False, static: bool = False,
@@ -284,199 +280,45 @@ def test_eviction_backoff_doubles_to_ten_seconds_per_pod() -> None:
     assert b.failed("a", NOW) == pytest.approx(0.1)
 
 
-# ---- the Terminator over an in-memory API (volumes, taint replacement, restarts) -------------------------------
-
-class FakeAPI:
-    """Just enough of KubeClient for the Terminator: objects by (plural, namespace, name), deletion with
-    finalizers, merge / strategic / JSON patches of the shapes the Terminator sends, evictions."""
-
-    def __init__(self, clock: list[float]) -> None:
-        self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}
-        self.clock = clock
-        self.rv = 1
-        self.evicted: list[str] = []
-
-    def add(self, res: Any, obj: dict[str, Any]) -> None:
-        meta = obj.setdefault("metadata", {})
-        meta.setdefault("uid", f"uid-{meta['name']}")
-        meta.setdefault("generation", 1)
-        meta["resourceVersion"] = str(self.rv)
-        self.rv += 1
-        obj.setdefault("kind", res.kind)
-        self.objects[(res.plural, meta.get("namespace") or "", meta["name"])] = obj
-
-    def _key(self, res: Any, name: str, namespace: str | None) -> tuple[str, str, str]:
-        key = (res.plural, namespace or "", name)
-        if key not in self.objects:
-            raise NotFoundError(404, "NotFound", name)
-        return key
-
-    def get(self, res: Any, name: str, namespace: str | None = None) -> dict[str, Any]:
-        assert res.plural != "persistentvolumeclaims", "termination reads PVCs from the informer"
-        return copy.deepcopy(self.objects[self._key(res, name, namespace)])
-
-    def list(self, res: Any, namespace: str | None = None, label_selector: str | None = None,
-             field_selector: str | None = None) -> tuple[list[dict[str, Any]], str]:
-        assert res.plural != "volumeattachments", "termination reads VolumeAttachments from the indexed informer"
-        return [copy.deepcopy(o) for (p, ns, _), o in self.objects.items()
-                if p == res.plural and (namespace is None or ns == namespace)], str(self.rv)
-
-    def patch(self, res: Any, name: str, body: Any, namespace: str | None = None, subresource: str | None = None,
-              patch_type: str = "merge") -> dict[str, Any]:
-        key = self._key(res, name, namespace)
-        obj = self.objects[key]
-        if patch_type == "json":
-            for op in body:
-                index = int(op["path"].rsplit("/", 1)[1])
-                if op["op"] == "test" and obj["metadata"]["finalizers"][index] != op["value"]:
-                    raise InvalidError(422, "Invalid", "test failed")
-                if op["op"] == "remove":
-                    del obj["metadata"]["finalizers"][index]
-        else:
-            body = dict(body)
-            meta = dict(body.pop("metadata", {}) or {})
-            rv = meta.pop("resourceVersion", None)
-            if rv is not None and rv != obj["metadata"]["resourceVersion"]:
-                raise ConflictError(409, "Conflict", "stale")
-            drop = meta.pop("$deleteFromPrimitiveList/finalizers", [])
-            obj["metadata"]["finalizers"] = [f for f in obj["metadata"].get("finalizers") or [] if f not in drop]
-            for k, v in meta.items():
-                obj["metadata"].setdefault(k, {}).update(v)
-            for section, value in body.items():
-                if patch_type == "strategic" and section == "spec" and "taints" in value:
-                    taints = [t for t in obj["spec"].get("taints") or []
-                              if t["key"] not in {n["key"] for n in value["taints"]}]
-                    obj["spec"]["taints"] = taints + value["taints"]
-                else:
-                    obj.setdefault(section, {}).update(value)
-        obj["metadata"]["resourceVersion"] = str(self.rv)
-        self.rv += 1
-        if obj["metadata"].get("deletionTimestamp") and not obj["metadata"].get("finalizers"):
-            del self.objects[key]
-        return self.get(res, name, namespace) if key in self.objects else obj
-
-    def delete(self, res: Any, name: str, namespace: str | None = None, grace_period_seconds: int | None = None,
-               uid: str | None = None) -> None:
-        key = self._key(res, name, namespace)
-        obj = self.objects[key]
-        if obj["metadata"].get("finalizers"):
-            obj["metadata"].setdefault("deletionTimestamp", D.format_time(self.clock[0]))
-        else:
-            del self.objects[key]
-
-    def evict(self, namespace: str, name: str, grace_period_seconds: int | None = None,
-              uid: str | None = None) -> None:
-        self._key(type("P", (), {"plural": "pods"}), name, namespace)
-        if uid != self.objects[("pods", namespace, name)]["metadata"]["uid"]:  # the API's precondition check
-            raise ConflictError(409, "Conflict", "Precondition failed: UID in precondition does not match")
-        self.evicted.append(name)
-        del self.objects[("pods", namespace, name)]
-
-
-class FakeState:
-    """The Cluster reads the Terminator makes, straight from the FakeAPI."""
-
-    def __init__(self, api: FakeAPI) -> None:
-        self.api = api
-
-    def pods_on_node(self, node: str) -> list[dict[str, Any]]:
-        return [o for (p, _, _), o in self.api.objects.items() if p == "pods" and o["spec"].get("nodeName") == node]
-
-    def node_for_provider_id(self, pid: str) -> dict[str, Any] | None:
-        return next((o for (p, _, _), o in self.api.objects.items()
-                     if p == "nodes" and o["spec"].get("providerID") == pid), None)
-
-    def nodeclaim_for_provider_id(self, pid: str) -> dict[str, Any] | None:
-        return next((o for (p, _, _), o in self.api.objects.items()
-                     if p == "nodeclaims" and (o.get("status") or {}).get("providerID") == pid), None)
-
-    def volume_attachments_on_node(self, node: str) -> list[dict[str, Any]]:
-        return [o for (p, _, _), o in self.api.objects.items()
-                if p == "volumeattachments" and o["spec"].get("nodeName") == node]
-
-    def persistent_volume_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self.api.objects.get(("persistentvolumeclaims", namespace, name))
-
-
-class FakeCloud:
-    def __init__(self, pid: str) -> None:
-        self.instances = {pid}
-        self.deleted: list[str] = []
-
-    def get(self, pid: str) -> None:
-        if pid not in self.instances:
-            raise NodeClaimNotFoundError(pid)
-
-    def delete(self, pid: str) -> None:
-        self.get(pid)
-        self.deleted.append(pid)
-
-
-class FakeRecorder:
-    def __init__(self) -> None:
-        self.events: list[tuple[str, str, str]] = []
-
-    def publish(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None:
-        self.events.append((obj["metadata"]["name"], reason, message))
-
-
-PID = "aws:///us-east-1a/i-0abc"
-
+# ---- node termination over an in-memory API (volumes, taint replacement, restarts) -----------------------------
 
 @pytest.fixture
 def fake() -> Any:
-    clock = [NOW]
-    api = FakeAPI(clock)
-    api.add(R.NODES, {"metadata": {"name": "n1", "finalizers": ["karpenter.sh/termination"], "labels": {}},
-                      "spec": {"providerID": PID},
-                      "status": {"conditions": [{"type": "Ready", "status": "True"}]}})
-    api.add(R.NODECLAIMS, {"metadata": {"name": "c1", "finalizers": ["karpenter.sh/termination"]},
-                           "spec": {}, "status": {"providerID": PID, "nodeName": "n1"}})
-    api.delete(R.NODECLAIMS, "c1")
-    cloud = FakeCloud(PID)
-    recorder = FakeRecorder()
-    return SimpleNamespace(api=api, clock=clock, cloud=cloud, recorder=recorder,
-                           terminator=lambda: Terminator(api, FakeState(api), cloud, recorder,
-                                                         clock=lambda: clock[0]))
-
-
-def _conditions(w: Any) -> dict[str, str]:
-    claim = w.api.objects.get(("nodeclaims", "", "c1"))
-    return {c["type"]: c["status"] for c in ((claim or {}).get("status") or {}).get("conditions") or []}
-
-
-def _sample(name: str) -> float:
-    """A counter of controller.metrics by constant name, for the labels a label-less fake object gets (all empty)."""
-    from controller import metrics
-    metric = getattr(metrics, name)
-    labels = dict.fromkeys(metric._labelnames, "")
-    return metrics.REGISTRY.get_sample_value(f"{metric._name}_total", labels) or 0.0
+    """c1 deleted and its finalizer's first pass done: the Node n1 is deleted, its own finalizer holds it."""
+    w = world()
+    assert w.claims().reconcile("c1") == Result()  # deletes the Node, then waits for it
+    assert w.api.objects[("nodes", "", "n1")]["metadata"].get("deletionTimestamp")
+    return w
 
 
 def test_instance_termination_waits_for_volume_attachments(fake: Any) -> None:
     w = fake
     counters = ("NODES_DRAINED", "NODES_TERMINATED", "NODECLAIMS_TERMINATED")
-    before = {m: _sample(m) for m in counters}
+    before = {m: counter(m) for m in counters}
     w.api.add(R.VOLUMEATTACHMENTS, {"metadata": {"name": "va-1"},
                                     "spec": {"nodeName": "n1", "source": {"persistentVolumeName": "pv-1"}}})
-    assert w.terminator().reconcile_nodeclaim("c1").requeue_after == pytest.approx(1.0)
-    assert _conditions(w) == {"Drained": "Unknown"}
+    assert w.nodes().reconcile("n1").requeue_after == pytest.approx(1.0)
+    assert conditions(w) == {"Drained": "Unknown"}
     w.clock[0] += D.MIN_DRAIN_TIME
-    assert w.terminator().reconcile_nodeclaim("c1").requeue_after == pytest.approx(1.0)
-    assert _conditions(w) == {"Drained": "True", "VolumesDetached": "Unknown"}
+    assert w.nodes().reconcile("n1").requeue_after == pytest.approx(1.0)
+    assert conditions(w) == {"Drained": "True", "VolumesDetached": "Unknown"}
     assert ("n1", "AwaitingVolumeDetachment", "Awaiting deletion of bound volumeattachments (va-1)") \
         in w.recorder.events
     assert w.cloud.deleted == []
     del w.api.objects[("volumeattachments", "", "va-1")]
-    assert w.terminator().reconcile_nodeclaim("c1").requeue_after == pytest.approx(D.INSTANCE_POLL)
-    assert _conditions(w) == {"Drained": "True", "VolumesDetached": "True", "InstanceTerminating": "True"}
+    assert w.nodes().reconcile("n1").requeue_after == pytest.approx(D.INSTANCE_POLL)
+    assert conditions(w) == {"Drained": "True", "VolumesDetached": "True", "InstanceTerminating": "True"}
     assert w.cloud.deleted == [PID]
-    assert w.terminator().reconcile_nodeclaim("c1").requeue_after == pytest.approx(D.INSTANCE_POLL)
+    assert w.nodes().reconcile("n1").requeue_after == pytest.approx(D.INSTANCE_POLL)
     assert w.cloud.deleted == [PID]  # deleted once, then polled
     w.cloud.instances.clear()
-    assert w.terminator().reconcile_nodeclaim("c1").requeue_after is None
-    assert w.api.objects == {}  # Node and NodeClaim both gone
-    assert {m: _sample(m) - before[m] for m in counters} == dict.fromkeys(counters, 1.0)
+    assert w.nodes().reconcile("n1").requeue_after is None
+    assert ("nodes", "", "n1") not in w.api.objects  # the Node's finalizer went; the NodeClaim's follows
+    assert ("nodeclaims", "", "c1") in w.api.objects
+    assert w.claims().reconcile("c1").requeue_after is None
+    assert w.api.objects == {}
+    assert w.cloud.deleted == [PID]
+    assert {m: counter(m) - before[m] for m in counters} == dict.fromkeys(counters, 1.0)
 
 
 def test_volume_attachments_stop_blocking_at_the_deadline(fake: Any) -> None:
@@ -485,9 +327,11 @@ def test_volume_attachments_stop_blocking_at_the_deadline(fake: Any) -> None:
     claim["metadata"]["annotations"] = {"karpenter.sh/nodeclaim-termination-timestamp": D.format_time(NOW + 10)}
     w.api.add(R.VOLUMEATTACHMENTS, {"metadata": {"name": "va-1"},
                                     "spec": {"nodeName": "n1", "source": {"persistentVolumeName": "pv-1"}}})
-    w.terminator().reconcile_nodeclaim("c1")
+    w.nodes().reconcile("n1")
+    assert ("n1", "TerminationGracePeriodExpiring", f"All pods will be deleted by {D.format_time(NOW + 10)}") \
+        in w.recorder.events
     w.clock[0] += 11
-    assert w.terminator().reconcile_nodeclaim("c1").requeue_after == pytest.approx(D.INSTANCE_POLL)
+    assert w.nodes().reconcile("n1").requeue_after == pytest.approx(D.INSTANCE_POLL)
     conds = w.api.objects[("nodeclaims", "", "c1")]["status"]["conditions"]
     assert {c["type"]: (c["status"], c["reason"]) for c in conds}["VolumesDetached"] == \
         ("False", "TerminationGracePeriodElapsed")
@@ -504,10 +348,10 @@ def test_volumes_of_pods_the_drain_leaves_do_not_block(fake: Any) -> None:
                                          "spec": {"volumeName": "pv-1"}})
     w.api.add(R.VOLUMEATTACHMENTS, {"metadata": {"name": "va-1"},
                                     "spec": {"nodeName": "n1", "source": {"persistentVolumeName": "pv-1"}}})
-    w.terminator().reconcile_nodeclaim("c1")
+    w.nodes().reconcile("n1")
     w.clock[0] += D.MIN_DRAIN_TIME
-    w.terminator().reconcile_nodeclaim("c1")
-    assert _conditions(w)["VolumesDetached"] == "True"
+    w.nodes().reconcile("n1")
+    assert conditions(w)["VolumesDetached"] == "True"
     assert w.cloud.deleted == [PID]
     assert w.api.evicted == []
 
@@ -517,13 +361,13 @@ def test_the_disrupted_taint_replaces_one_of_the_same_key(fake: Any) -> None:
     node = w.api.objects[("nodes", "", "n1")]
     node["spec"]["taints"] = [{"key": "karpenter.sh/disrupted", "effect": "NoExecute"},
                               {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}]
-    w.terminator().reconcile_nodeclaim("c1")
+    w.nodes().reconcile("n1")
     node = w.api.objects[("nodes", "", "n1")]
     assert node["spec"]["taints"] == [{"key": "dedicated", "value": "gpu", "effect": "NoSchedule"},
                                       {"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}]
     assert node["metadata"]["labels"]["node.kubernetes.io/exclude-from-external-load-balancers"] == "karpenter"
     rv = node["metadata"]["resourceVersion"]
-    w.terminator().reconcile_nodeclaim("c1")
+    w.nodes().reconcile("n1")
     assert w.api.objects[("nodes", "", "n1")]["metadata"]["resourceVersion"] == rv  # nothing to change: no patch
 
 
@@ -538,61 +382,82 @@ def test_a_pass_that_races_another_writer_looks_again(fake: Any) -> None:
         return real_patch(res, name, body, namespace, subresource, patch_type)
 
     w.api.patch = racing_patch
-    assert w.terminator().reconcile_nodeclaim("c1").requeue_after == pytest.approx(0.1)
+    assert w.nodes().reconcile("n1").requeue_after == pytest.approx(0.1)
     w.api.patch = real_patch
-    assert w.terminator().reconcile_nodeclaim("c1").requeue_after == pytest.approx(1.0)
-    assert _conditions(w) == {"Drained": "Unknown"}
+    assert w.nodes().reconcile("n1").requeue_after == pytest.approx(1.0)
+    assert conditions(w) == {"Drained": "Unknown"}
 
 
-def test_the_node_flow_deletes_the_nodeclaim_and_follows_it(fake: Any) -> None:
-    w = fake
-    claim = w.api.objects[("nodeclaims", "", "c1")]
-    del claim["metadata"]["deletionTimestamp"]
+def test_a_user_deleting_the_node_deletes_its_nodeclaim_and_drains_the_node() -> None:
+    w = world()
+    del w.api.objects[("nodeclaims", "", "c1")]["metadata"]["deletionTimestamp"]
     w.api.add(R.PODS, {"metadata": {"name": "web", "namespace": "default"},
                        "spec": {"nodeName": "n1", "terminationGracePeriodSeconds": 30}, "status": {"phase": "Running"}})
     w.api.delete(R.NODES, "n1")
-    assert w.terminator().reconcile_node("n1").requeue_after == pytest.approx(1.0)
+    assert w.nodes().reconcile("n1").requeue_after == pytest.approx(1.0)
     assert w.api.objects[("nodeclaims", "", "c1")]["metadata"].get("deletionTimestamp")
     assert w.api.evicted == ["web"]
+    assert ("web", "Evicted", "Evicted pod: Forceful Termination") in w.recorder.events
     w.clock[0] += D.MIN_DRAIN_TIME
     w.cloud.instances.clear()  # terminated at once
-    assert w.terminator().reconcile_node("n1").requeue_after is None
+    assert w.nodes().reconcile("n1").requeue_after is None
     assert w.cloud.deleted == []  # the instance was already gone when termination came to it
+    assert list(w.api.objects) == [("nodeclaims", "", "c1")]
+    assert conditions(w) == {"Drained": "True", "VolumesDetached": "True", "InstanceTerminating": "True"}
+    assert w.claims().reconcile("c1").requeue_after is None
     assert w.api.objects == {}
 
 
-def _histogram(name: str, suffix: str) -> float:
-    """A histogram's _count or _sum (by the metric's constant name), for empty labels."""
-    from controller import metrics
-    metric = getattr(metrics, name)
-    labels = dict.fromkeys(metric._labelnames, "")
-    return metrics.REGISTRY.get_sample_value(f"{metric._name}_{suffix}", labels) or 0.0
+def test_a_node_without_a_nodeclaim_is_drained_and_let_go_without_touching_the_instance() -> None:
+    w = world()
+    del w.api.objects[("nodeclaims", "", "c1")]
+    w.api.add(R.PODS, {"metadata": {"name": "web", "namespace": "default"},
+                       "spec": {"nodeName": "n1"}, "status": {"phase": "Running"}})
+    w.api.delete(R.NODES, "n1")
+    drained = counter("NODES_DRAINED")
+    assert w.nodes().reconcile("n1").requeue_after == pytest.approx(1.0)
+    assert D.has_disrupted_taint(w.api.objects[("nodes", "", "n1")])
+    assert w.nodes().reconcile("n1").requeue_after is None  # no NodeClaim: no minimum drain time, no instance
+    assert w.api.objects == {}
+    assert w.cloud.deleted == [] and w.cloud.instances == {PID}
+    assert counter("NODES_DRAINED") == drained  # counted only with a NodeClaim's Drained condition
 
 
-def test_termination_durations_and_node_lifetime_are_observed_as_karpenter_does(fake: Any) -> None:
-    """nodeclaims_termination_duration: deletion to finalizer gone; instance_termination_duration: InstanceTerminating
-    to the instance gone; nodes_lifetime_duration: the Node's creation to its finalizer gone; and the NodeClaim is
-    counted terminated once."""
+def test_a_not_ready_node_whose_instance_is_gone_is_let_go_untainted(fake: Any) -> None:
+    w = fake
+    w.api.objects[("nodes", "", "n1")]["status"]["conditions"] = [{"type": "Ready", "status": "Unknown"}]
+    w.api.add(R.PODS, {"metadata": {"name": "web", "namespace": "default"},
+                       "spec": {"nodeName": "n1"}, "status": {"phase": "Running"}})
+    w.cloud.instances.clear()
+    assert w.nodes().reconcile("n1") == Result()
+    assert ("nodes", "", "n1") not in w.api.objects
+    assert w.api.evicted == [] and conditions(w) == {}
+    # a Ready Node is drained whatever the cloud says: its kubelet is still running
+    w2 = world()
+    w2.claims().reconcile("c1")
+    w2.cloud.instances.clear()
+    w2.api.add(R.PODS, {"metadata": {"name": "web", "namespace": "default"},
+                        "spec": {"nodeName": "n1"}, "status": {"phase": "Running"}})
+    assert w2.nodes().reconcile("n1").requeue_after == pytest.approx(1.0)
+    assert w2.api.evicted == ["web"]
+
+
+def test_node_termination_durations_and_lifetime_are_observed_as_karpenter_does(fake: Any) -> None:
+    """nodes_termination_duration: the Node's deletion to its finalizer gone; nodes_lifetime_duration: its creation
+    to its finalizer gone."""
     w = fake
     w.api.objects[("nodes", "", "n1")]["metadata"]["creationTimestamp"] = D.format_time(NOW - 3600)
-    names = ("NODECLAIMS_TERMINATION_DURATION", "NODECLAIMS_INSTANCE_TERMINATION_DURATION", "NODES_LIFETIME_DURATION")
-    before = {(n, s): _histogram(n, s) for n in names for s in ("count", "sum")}
-    terminated = _sample("NODECLAIMS_TERMINATED")
-    w.terminator().reconcile_nodeclaim("c1")
+    names = ("NODES_TERMINATION_DURATION", "NODES_LIFETIME_DURATION")
+    before = {(n, s): histogram(n, s) for n in names for s in ("count", "sum")}
+    w.nodes().reconcile("n1")
     w.clock[0] += D.MIN_DRAIN_TIME
-    assert w.terminator().reconcile_nodeclaim("c1").requeue_after == pytest.approx(D.INSTANCE_POLL)
-    terminating_at = w.clock[0]
-    w.clock[0] += 7
     w.cloud.instances.clear()
-    assert w.terminator().reconcile_nodeclaim("c1").requeue_after is None
-    delta = {k: _histogram(*k) - v for k, v in before.items()}
-    assert delta[("NODECLAIMS_TERMINATION_DURATION", "count")] == 1
-    assert delta[("NODECLAIMS_TERMINATION_DURATION", "sum")] == pytest.approx(w.clock[0] - NOW)
-    assert delta[("NODECLAIMS_INSTANCE_TERMINATION_DURATION", "count")] == 1
-    assert delta[("NODECLAIMS_INSTANCE_TERMINATION_DURATION", "sum")] == pytest.approx(w.clock[0] - terminating_at)
+    assert w.nodes().reconcile("n1").requeue_after is None
+    delta = {k: histogram(*k) - v for k, v in before.items()}
+    assert delta[("NODES_TERMINATION_DURATION", "count")] == 1
+    assert delta[("NODES_TERMINATION_DURATION", "sum")] == pytest.approx(w.clock[0] - NOW)
     assert delta[("NODES_LIFETIME_DURATION", "count")] == 1
     assert delta[("NODES_LIFETIME_DURATION", "sum")] == pytest.approx(w.clock[0] - (NOW - 3600))
-    assert _sample("NODECLAIMS_TERMINATED") - terminated == 1
 
 
 # ---- one Taint type, one toleration matcher ----

@@ -1,0 +1,58 @@
+"""Instance termination and the NodeClaim conditions termination writes, shared by node termination (Karpenter's
+awaitInstanceTermination) and the NodeClaim finalizer, which both ask the cloud provider to delete the instance and
+both mark the NodeClaim InstanceTerminating."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from controller.api import conditions as C
+from controller.cloud.errors import NodeClaimNotFoundError
+from controller.cloud.provider import CloudProvider
+from controller.kube import resources as R
+from controller.kube.client import KubeClient
+from controller.kube.errors import ConflictError, NotFoundError
+from controller.kube.workqueue import Result
+from controller.termination import drain as D
+
+Obj = dict[str, Any]
+
+DRAINED = "Drained"
+VOLUMES_DETACHED = "VolumesDetached"
+INSTANCE_TERMINATING = "InstanceTerminating"
+DISRUPTION_REASON = "DisruptionReason"
+
+
+def instance_gone(cloud: CloudProvider, pid: str) -> bool:
+    """Whether the cloud no longer has the instance."""
+    try:
+        cloud.get(pid)
+    except NodeClaimNotFoundError:
+        return True
+    return False
+
+
+def terminate_instance(cloud: CloudProvider, pid: str, status: Obj, now: float, generation: int | None) -> bool:
+    """Ask the cloud to terminate the instance once (InstanceTerminating turns True in `status`), then only look;
+    True once the cloud says it is gone."""
+    if not C.is_true(status, INSTANCE_TERMINATING):
+        with contextlib.suppress(NodeClaimNotFoundError):
+            cloud.delete(pid)
+        D.set_condition(status, INSTANCE_TERMINATING, "True", INSTANCE_TERMINATING, "", now, generation)
+    return instance_gone(cloud, pid)
+
+
+def write_conditions(client: KubeClient, claim: Obj, status: Obj) -> Obj | Result | None:
+    """Write the NodeClaim's conditions to the status subresource, locked on the resourceVersion read at the start of
+    the pass (a merge patch replaces the whole list); the NodeClaim as written, None when it is gone, or a requeue
+    when another writer moved first."""
+    meta = claim.get("metadata") or {}
+    body = {"metadata": {"resourceVersion": meta.get("resourceVersion")},
+            "status": {"conditions": status.get("conditions") or []}}
+    try:
+        return client.patch(R.NODECLAIMS, str(meta.get("name")), body, subresource="status")
+    except NotFoundError:
+        return None
+    except ConflictError:
+        return Result(requeue_after=0.1)
