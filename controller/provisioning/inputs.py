@@ -474,7 +474,8 @@ def scheduler_inputs(*, nodes: Iterable[NodeSource], pods: Iterable[tuple[dict[s
                      volumes: VolumeTopology | None = None,
                      namespace_labels: Mapping[str, Mapping[str, str]] | None = None,
                      ignore_dra_requests: bool = True, screen: bool = True,
-                     convert_bound: PodConverter | None = None) -> SchedulerInputs:
+                     convert_bound: PodConverter | None = None,
+                     known: Mapping[str, Pod] | None = None) -> SchedulerInputs:
     """The scheduler's inputs from the objects a face read, the same way for the provisioner's cluster state,
     `karpy simulate`'s documents and the disruption snapshot. Nothing is raised: what cannot be read is left out and
     named in `issues`, in the order read (nodes with their pods, pods to place, pools, DaemonSets).
@@ -482,8 +483,13 @@ def scheduler_inputs(*, nodes: Iterable[NodeSource], pods: Iterable[tuple[dict[s
     `pods` (and `daemonsets`) come with where each was read from; with `screen`, those that ask not to run on
     Karpenter's nodes are set aside and those with DRA requests refused (while `ignore_dra_requests`), as the
     provisioner does before scheduling. `pools` is called once, after the pods, and only when some pod is to be
-    placed or `screen` is off: a face's instance types may cost a cloud call. Bound pods are converted by
-    `convert_bound` (a face's cache) or as pods to place are."""
+        pod = known.get(key) if known is not None else None
+        if pod is not None:
+            out.converted[key] = pod
+            return pod
+    placed or `screen` is off: a face's instance types may cost a cloud call. Pods in `known` (by namespace/name)
+    were converted already by the face; other bound pods are converted by `convert_bound` (a face's cache) or as pods
+    to place are."""
     out = SchedulerInputs()
 
     def convert(raw: dict[str, Any], where: str, bound: bool) -> Pod | None:
