@@ -321,9 +321,9 @@ def _disruption(settings: Settings, cluster: Cluster, client: KubeClient, provis
 
 def _going_away(node: dict[str, Any]) -> bool:
     """A Node deleted or tainted karpenter.sh/disrupted."""
-    return bool(node["metadata"].get("deletionTimestamp")) or any(
-        isinstance(t, dict) and t.get("key") == L.DISRUPTED_TAINT_KEY for t in (node.get("spec") or {}).get("taints")
-        or [])
+    from controller.termination.drain import has_disrupted_taint
+
+    return bool(node["metadata"].get("deletionTimestamp")) or has_disrupted_taint(node)
 
 
 def _replay(informer: Informer, handler: Callable[[str, dict[str, Any] | None, dict[str, Any] | None], None]) -> None:

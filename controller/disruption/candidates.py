@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from controller.api import conditions as C
 from controller.api import labels as L
+from controller.api.pods import owned_by, owned_by_daemonset
 from controller.catalog.types import InstanceType
 from controller.disruption import budgets
 from controller.disruption.types import Blocked, Candidate, Obj, Snapshot
@@ -44,10 +45,6 @@ def _key(pod: Obj) -> str:
     return f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
 
 
-def _owned_by(pod: Obj, kind: str) -> bool:
-    return any(isinstance(r, dict) and r.get("kind") == kind for r in _meta(pod).get("ownerReferences") or [])
-
-
 def is_active(pod: Obj) -> bool:
     """Neither terminal nor terminating."""
     return not is_terminal(pod) and not _meta(pod).get("deletionTimestamp")
@@ -55,8 +52,8 @@ def is_active(pod: Obj) -> bool:
 
 def is_reschedulable(pod: Obj) -> bool:
     """Karpenter's IsReschedulable: active (or a terminating StatefulSet pod), not a DaemonSet's nor a static pod."""
-    terminating_sts = bool(_meta(pod).get("deletionTimestamp")) and _owned_by(pod, "StatefulSet")
-    return ((is_active(pod) or terminating_sts) and not _owned_by(pod, "DaemonSet") and not is_static(pod)
+    terminating_sts = bool(_meta(pod).get("deletionTimestamp")) and owned_by(pod, "apps/v1", "StatefulSet")
+    return ((is_active(pod) or terminating_sts) and not owned_by_daemonset(pod) and not is_static(pod)
             and not is_mirror(pod))
 
 

@@ -18,6 +18,7 @@ from controller.api import conditions as C
 from controller.api import labels as L
 from controller.api.documents import Document
 from controller.api.nodeclasshash import hash_annotations
+from controller.api.pods import owned_by_daemonset
 from controller.api.quantity import format_quantity
 from controller.disruption import documents
 from controller.disruption.render import DisruptionResult, DriftEntry
@@ -185,15 +186,10 @@ def _remove(world: _World, claims: set[str]) -> list[Obj]:
     for pod in snap.pods:
         if str((pod.get("spec") or {}).get("nodeName") or "") not in nodes:
             kept.append(pod)
-        elif not _daemon(pod):
+        elif not owned_by_daemonset(pod):
             displaced.append({**pod, "spec": {k: v for k, v in pod["spec"].items() if k != "nodeName"}})
     snap.pods = kept
     return displaced
-
-
-def _daemon(pod: Obj) -> bool:
-    return any(isinstance(r, dict) and r.get("kind") == "DaemonSet"
-               for r in (pod.get("metadata") or {}).get("ownerReferences") or [])
 
 
 def _complete(world: _World, commands: list[Command], expired: set[str], options: Options) -> None:

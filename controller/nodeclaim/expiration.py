@@ -12,6 +12,7 @@ from typing import Any
 from controller import metrics as M
 from controller.api import conditions as C
 from controller.api import labels as L
+from controller.api.pods import owned_by_daemonset
 from controller.kube import resources as R
 from controller.kube.client import KubeClient
 from controller.kube.errors import ConflictError, NotFoundError
@@ -54,7 +55,7 @@ def reschedulable_pods(pods: list[Obj]) -> int:
     n = 0
     for p in pods:
         meta = p.get("metadata") or {}
-        if any(o.get("kind") == "DaemonSet" for o in meta.get("ownerReferences") or [] if isinstance(o, dict)):
+        if owned_by_daemonset(p):
             continue
         if "kubernetes.io/config.mirror" in (meta.get("annotations") or {}):
             continue

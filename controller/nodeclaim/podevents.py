@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from controller.api import conditions as C
+from controller.api.pods import owned_by_daemonset
 from controller.kube import resources as R
 from controller.kube.client import KubeClient
 from controller.kube.errors import NotFoundError
@@ -33,16 +34,11 @@ def _terminating(pod: Obj | None) -> bool:
     return bool(((pod or {}).get("metadata") or {}).get("deletionTimestamp"))
 
 
-def _daemonset(pod: Obj) -> bool:
-    return any(isinstance(o, dict) and o.get("kind") == "DaemonSet"
-               for o in (pod.get("metadata") or {}).get("ownerReferences") or [])
-
-
 def pod_event_node(event: str, old: Obj | None, new: Obj | None) -> str:
     """The node whose NodeClaim this pod event touches ("" when none): a pod created bound or deleted from a node,
     newly bound, newly terminal or newly terminating on one. DaemonSet pods do not count."""
     pod = new if new is not None else old
-    if pod is None or _daemonset(pod):
+    if pod is None or owned_by_daemonset(pod):
         return ""
     node = _node_name(pod)
     if not node:

@@ -387,7 +387,7 @@ def test_which_pod_events_count() -> None:
     assert pod_event_node("MODIFIED", _pod("n"), _pod("n", deletionTimestamp=stamp(T0))) == "n"  # terminating
     assert pod_event_node("DELETED", _pod("n"), None) == "n"
     assert pod_event_node("MODIFIED", _pod("n"), _pod("n")) == ""  # nothing that matters changed
-    ds = _pod("n", ownerReferences=[{"kind": "DaemonSet", "name": "d"}])
+    ds = _pod("n", ownerReferences=[{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "d"}])
     assert pod_event_node("ADDED", None, ds) == ""
 
 
