@@ -290,7 +290,16 @@ class Provisioner:
 
     def node_pools(self) -> tuple[list[SchedNodePool], dict[str, dict[str, Any]]]:
         """NodePools as the scheduler sees them (with the reason a pool is not usable), and their manifests."""
-        pools, manifests = [], {}
+        sources = self.pool_sources()
+        built = inputs.scheduler_inputs(nodes=(), pods=(), pools=lambda: sources, screen=False)
+        self._log_issues(built.issues)
+        manifests = {str(s.manifest["metadata"]["name"]): s.manifest for s in sources}
+        return built.pools, {p.name: manifests[p.name] for p in built.pools}
+
+    def pool_sources(self) -> list[inputs.PoolSource]:
+        """The NodePools that may launch for pods (not being deleted, not static), each with its NodeClass's instance
+        types from the cloud provider, what it uses against its limits and why it cannot launch ("" when it can)."""
+        read: list[inputs.PoolSource] = []
         for np_ in self.cluster.nodepools():
             meta = np_.get("metadata") or {}
             if meta.get("deletionTimestamp"):
@@ -312,36 +321,22 @@ class Provisioner:
                     types = self._instance_types(nodeclass)
                 except Exception as e:  # a cloud error costs this pool this batch, not the others
                     not_ready = f"listing instance types failed: {str(e)[:200]}"
-            try:
-                pools.append(inputs.node_pool(np_, types, self._usage(name, types), not_ready))
-                manifests[name] = np_
-            except inputs.InputError as e:
-                log.error("ignoring nodepool", extra={"NodePool": {"name": name}, "error": str(e)[:300]})
-        return pools, manifests
+            read.append(inputs.PoolSource(np_, types, self._usage(name, types), not_ready))
+        return read
 
-    def existing_nodes(self) -> list[ExistingNode]:
-        """Nodes that may take pods, then NodeClaims in flight (launched or not, not yet registered)."""
-        out: list[ExistingNode] = []
+    def node_sources(self) -> list[inputs.NodeSource]:
+        """Nodes that may take pods, with the pods bound to them, then NodeClaims in flight (launched or not, not yet
+        registered); nodes going away are not capacity: their pods are rescheduled with the pending ones."""
+        out: list[inputs.NodeSource] = []
         registered: set[str] = set()
         for node in self.cluster.nodes():
-            meta = node.get("metadata") or {}
             if self._node_deleting(node):
-                continue  # not capacity: its pods are rescheduled with the pending ones
-            claim = self.cluster.nodeclaim_for_node(node)
+                continue
             if provider_id(node):
                 registered.add(provider_id(node))
-            pods = []
-            for raw in self.cluster.pods_on_node(meta["name"]):
-                if is_terminal(raw):
-                    continue
-                try:
-                    pods.append(self._pod(raw))
-                except inputs.InputError:
-                    continue  # a bound pod we cannot read still holds its place on the node's allocatable
-            try:
-                out.append(inputs.existing_node(node, pods, nodeclaim=claim))
-            except inputs.InputError as e:
-                log.debug("skipping node", extra={"Node": {"name": meta["name"]}, "error": str(e)[:200]})
+            name = node["metadata"]["name"]
+            out.append(inputs.NodeSource(node=node, nodeclaim=self.cluster.nodeclaim_for_node(node),
+                                         pods=[p for p in self.cluster.pods_on_node(name) if not is_terminal(p)]))
         for claim in self.cluster.nodeclaims():
             meta = claim.get("metadata") or {}
             if meta.get("deletionTimestamp") or (provider_id(claim) and provider_id(claim) in registered):
@@ -352,13 +347,25 @@ class Provisioner:
                 allocatable = resources_from_dict((claim.get("status") or {}).get("allocatable"))
             except QuantityError:
                 allocatable = {}
-            if not allocatable:
-                allocatable = self._expected_allocatable(claim)
-            try:
-                out.append(inputs.in_flight_node(claim, allocatable, []))
-            except inputs.InputError:
-                continue
+            out.append(inputs.NodeSource(node=None, nodeclaim=claim,
+                                         allocatable=allocatable or self._expected_allocatable(claim)))
         return out
+
+    def existing_nodes(self) -> list[ExistingNode]:
+        """Nodes that may take pods, then NodeClaims in flight, as the scheduler sees them."""
+        built = inputs.scheduler_inputs(nodes=self.node_sources(), pods=(), pools=list, convert_bound=self._pod)
+        self._log_issues(built.issues)
+        return built.existing
+
+    def _log_issues(self, issues: list[inputs.InputIssue]) -> None:
+        """Objects left out of a pass (a bound pod that cannot be read still holds its place on its node)."""
+        for issue in issues:
+            if issue.kind == "NodePool":
+                log.error("ignoring nodepool", extra={"NodePool": {"name": issue.key}, "error": issue.message[:300]})
+            elif issue.kind == "DaemonSet":
+                log.debug("ignoring daemonset", extra={"controller": "provisioner", "error": issue.message[:300]})
+            elif issue.kind in ("Node", "NodeClaim"):
+                log.debug("skipping node", extra={issue.kind: {"name": issue.key}, "error": issue.message[:200]})
 
     def _expected_allocatable(self, claim: dict[str, Any]) -> dict[str, int]:
         """Before launch, the smallest allocatable among the NodeClaim's instance-type options."""
@@ -390,7 +397,7 @@ class Provisioner:
         # nodes (with the pods bound to them) before the pending pods, as Karpenter reads them: a pod that binds in
         # between is counted on its node rather than provisioned for twice
         self._namespace_labels = self.cluster.namespace_labels()
-        existing = self.existing_nodes()
+        nodes = self.node_sources()
         pending = self.cluster.pending_pods()
         # pending pods first, then those of deleting nodes; a pod is scheduled once whatever lists it
         raw_by_key: dict[str, dict[str, Any]] = {}
@@ -403,44 +410,46 @@ class Provisioner:
             M.UNSCHEDULABLE_PODS.labels(controller="provisioner").set(0)
             M.SCHEDULER_IGNORED_PODS.set(0)
             return results
-        pods: list[Pod] = []
-        ignored = 0
-        volumes = self.cluster.volume_topology()
-        for raw in raw_pods:
-            if inputs.excludes_karpenter(raw):
-                ignored += 1  # Karpenter ignores these without an event: they asked for other capacity
-                log.debug("ignoring pod", extra={"controller": "provisioner", "Pod": _obj_ref(raw),
-                                                 "error": inputs.KARPENTER_EXCLUDED})
-                continue
-            if self.ignore_dra_requests and inputs.has_dra_requirements(raw):
-                results.unschedulable[key_of(raw)] = inputs.DRA_UNSUPPORTED
-                log.info("skipping pod with Dynamic Resource Allocation requirements, not yet supported by Karpenter",
-                         extra={"controller": "provisioner", "Pod": _obj_ref(raw)})
-                self.recorder.publish(raw, "Warning", "FailedScheduling",
-                                      f"Failed to schedule pod, {inputs.DRA_UNSUPPORTED}")
-                continue
-            try:
-                pod = inputs.scheduling_pod(raw, volumes, self._namespace_labels)
-                pods.append(pod)
-            except inputs.InputError as e:
-                ignored += 1  # Karpenter's ignored pods: ones that fail validation before scheduling
-                results.unschedulable[key_of(raw)] = str(e)[:300]
-                self.recorder.publish(raw, "Warning", "FailedScheduling", f"Failed to schedule pod, {str(e)[:300]}")
+        sources: list[inputs.PoolSource] = []
+
+        def pools() -> list[inputs.PoolSource]:
+            sources.extend(self.pool_sources())
+            return sources
+
+        built = inputs.scheduler_inputs(
+            nodes=nodes, pods=[(raw, "") for raw in raw_pods], pools=pools,
+            daemonsets=[(ds, "") for ds in self.cluster.daemonsets()], live_daemonset_pod=self.cluster.daemonset_pod,
+            volumes=self.cluster.volume_topology(), namespace_labels=self._namespace_labels,
+            ignore_dra_requests=self.ignore_dra_requests, convert_bound=self._pod)
+        ignored = len(built.excluded)
+        for raw, _ in built.excluded:  # Karpenter ignores these without an event: they asked for other capacity
+            log.debug("ignoring pod", extra={"controller": "provisioner", "Pod": _obj_ref(raw),
+                                             "error": inputs.KARPENTER_EXCLUDED})
+        for key, reason in built.refused.items():
+            results.unschedulable[key] = reason
+            log.info("skipping pod with Dynamic Resource Allocation requirements, not yet supported by Karpenter",
+                     extra={"controller": "provisioner", "Pod": _obj_ref(raw_by_key[key])})
+            self.recorder.publish(raw_by_key[key], "Warning", "FailedScheduling", f"Failed to schedule pod, {reason}")
+        for issue in built.issues:
+            bad = raw_by_key.get(issue.key) if issue.kind == "Pod" else None
+            if bad is None:
+                continue  # a bound pod that cannot be read is skipped; other objects are logged below
+            ignored += 1  # Karpenter's ignored pods: ones that fail validation before scheduling
+            results.unschedulable[issue.key] = issue.message[:300]
+            self.recorder.publish(bad, "Warning", "FailedScheduling", f"Failed to schedule pod, {issue.message[:300]}")
+        self._log_issues(built.issues)
         M.SCHEDULER_IGNORED_PODS.set(ignored)
-        if not pods:
+        if not built.pods:
             M.UNSCHEDULABLE_PODS.labels(controller="provisioner").set(len(results.unschedulable))
             return results
-        pools, manifests = self.node_pools()
-        daemonsets, unreadable = inputs.daemonset_pods(self.cluster.daemonsets(), self.cluster.daemonset_pod,
-                                                       self.ignore_dra_requests)
-        for error in unreadable:
-            log.debug("ignoring daemonset", extra={"controller": "provisioner", "error": error})
+        pools_, existing, pods = built.pools, built.existing, built.pods
+        manifests = {str(s.manifest["metadata"]["name"]): s.manifest for s in sources}
         log.debug("computing scheduling decision for provisionable pod(s)",
                   extra={"controller": "provisioner", "pending-pods": len(pending),
-                         "deleting-pods": len(raw_pods) - len(pending), "nodepools": len(pools),
+                         "deleting-pods": len(raw_pods) - len(pending), "nodepools": len(pools_),
                          "existing-nodes": len(existing)})
         # PREFERENCE_POLICY and MIN_VALUES_POLICY as `karpy simulate` applies them too
-        plan = solve(pools, existing, daemonsets, pods, self.preference_policy, self.min_values_policy)
+        plan = solve(pools_, existing, built.daemonsets, pods, self.preference_policy, self.min_values_policy)
         M.SCHEDULING_DURATION.labels(controller="provisioner").observe(time.perf_counter() - started)
         if plan.node_claims:
             log.info("found provisionable pod(s)", extra={
