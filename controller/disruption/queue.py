@@ -235,7 +235,7 @@ class Queue:
         for name in run.replacements:
             if name in run.initialized:
                 continue
-            claim = self.cluster.nodeclaim(name)
+            claim: dict[str, Any] | None = self.cluster.nodeclaim(name)
             if claim is None:
                 try:
                     claim = self.client.get(R.NODECLAIMS, name)
@@ -390,7 +390,7 @@ class Queue:
     def _unmark(self, name: str) -> None:
         """Drop the replacement marks from a NodeClaim."""
         claim = self.cluster.nodeclaim(name)
-        ann = ((claim or {}).get("metadata") or {}).get("annotations") or {}
+        ann = claim.annotations if claim is not None else {}
         if claim is not None and REPLACEMENT_OF not in ann and REPLACES not in ann:
             return
         with contextlib.suppress(NotFoundError):

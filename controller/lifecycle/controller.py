@@ -100,7 +100,7 @@ class LifecycleController:
             return Result()
         if self._stale(current):
             return Result(requeue_after=0.5)  # our own write is on its way through the watch
-        claim = copy.deepcopy(current)
+        claim: dict[str, Any] = copy.deepcopy(current)  # a plain dict to change
         meta = claim["metadata"]
         if L.TERMINATION_FINALIZER not in (meta.get("finalizers") or []):
             self._wrote(current, self.client.patch(R.NODECLAIMS, name, {"metadata": {

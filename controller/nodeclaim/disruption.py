@@ -228,7 +228,7 @@ class NodeClaimDisruptionController:
             log.info("re-stamped nodeclaim hash annotations written under another hash version",
                      extra={"controller": "nodeclaim.disruption", "NodeClaim": {"name": name}, "annotations": stamp})
             return Result(requeue_after=1.0)  # evaluated on the re-stamped copy the watch brings
-        claim = copy.deepcopy(current)
+        claim: Obj = copy.deepcopy(current)  # a plain dict to change
         status = claim.setdefault("status", {})
         now = self.clock()
         requeue = RECHECK

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from controller import metrics as M
@@ -50,7 +50,7 @@ def termination_mode(nodeclaim: Obj) -> str:
     return "forceful" if seconds is not None and seconds <= 0 else "eventual"
 
 
-def reschedulable_pods(pods: list[Obj]) -> int:
+def reschedulable_pods(pods: Sequence[Mapping[str, Any]]) -> int:
     """Pods that would move: not DaemonSet-owned, not mirror pods, not terminal."""
     n = 0
     for p in pods:

@@ -23,6 +23,7 @@ from controller.scheduling.requirements import Requirement, Requirements
 from controller.scheduling.types import ExistingNode, SchedNodePool, Taint
 from controller.scheduling.volumes import VolumeError, volume_alternatives
 from controller.scheduling.volumes import VolumeTopology as VolumeTopology  # re-exported
+from controller.state import usage
 
 UNSCHEDULABLE_TAINT = Taint("node.kubernetes.io/unschedulable", "", "NoSchedule")
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
@@ -385,23 +386,15 @@ def in_flight_node(nodeclaim: dict[str, Any], allocatable: dict[str, int], pods:
                         pods=list(pods), node_pool=labels.get(L.NODEPOOL), in_flight=True)
 
 
-def nodepool_usage(nodes: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
-    """Per NodePool (the karpenter.sh/nodepool label), the capacity its nodes hold and how many there are ("nodes"):
-    what counts against the pool's limits."""
-    out: dict[str, dict[str, int]] = {}
-    for node in nodes:
-        meta = _map(node.get("metadata"), "Node: metadata")
-        where = f"Node/{meta.get('name')}"
-        pool = _labels(meta, where).get(L.NODEPOOL)
-        if not pool:
-            continue
-        status = _map(node.get("status"), f"{where}: status")
-        capacity = _resources(status.get("capacity"), f"{where}: status.capacity")
-        used = out.setdefault(pool, {"nodes": 0})
-        used["nodes"] += 1
-        for k, v in capacity.items():
-            used[k] = used.get(k, 0) + v
-    return out
+def nodepool_usage(nodes: Iterable[Mapping[str, Any]], nodeclaims: Iterable[Mapping[str, Any]] = ()
+                   ) -> dict[str, dict[str, int]]:
+    """Per NodePool, the capacity its nodes (and launched NodeClaims) hold and how many there are ("nodes"): what
+    counts against the pool's limits, by Karpenter's rule (controller.state.usage); a capacity that cannot be read is
+    an InputError naming the object."""
+    try:
+        return usage.nodepool_usage(nodeclaims, nodes, strict=True)
+    except usage.UsageError as e:
+        raise InputError(str(e)) from None
 
 
 # ---- the one translation: the objects every face reads -> the scheduler's inputs ----------------------------------

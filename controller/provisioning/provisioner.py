@@ -45,6 +45,7 @@ from controller.state.cluster import (
     is_terminal,
     provider_id,
 )
+from controller.state.views import NodeClaimView, PodView
 from controller.termination.drain import has_disrupted_taint
 
 log = logging.getLogger("karpy.provisioner")
@@ -150,7 +151,7 @@ class Provisioner:
             if scheduled is not None and created is not None:
                 M.PODS_BOUND_DURATION.observe(max(0.0, scheduled - created))
 
-    def reschedulable_pods(self) -> list[dict[str, Any]]:
+    def reschedulable_pods(self) -> list[PodView]:
         """Pods on nodes being deleted (the Node or its NodeClaim has a deletionTimestamp, or the Node carries
         karpenter.sh/disrupted) that will move, by Karpenter's IsCurrentlyReschedulable: Karpenter schedules them
         with the pending pods, so their replacement launches while the old node drains. Terminal, terminating (but
@@ -268,25 +269,31 @@ class Provisioner:
         return pod
 
     def _usage(self, pool: str, types: list[InstanceType]) -> dict[str, int]:
-        """Resources a NodePool's NodeClaims hold: launched ones by capacity, unlaunched ones by their largest
-        instance-type option (pessimistic, so two batches cannot both spend the last of a limit)."""
-        by_name = {it.name: it for it in types}
-        used: dict[str, int] = {"nodes": 0}
-        for claim in self.cluster.nodeclaims_for_nodepool(pool):
-            used["nodes"] += 1
+        """What one NodePool uses against its limits (see _pool_usage)."""
+        return self._pool_usage({pool: types}).get(pool, {"nodes": 0})
+
+    def _pool_usage(self, types_by_pool: dict[str, list[InstanceType]]) -> dict[str, dict[str, int]]:
+        """What each NodePool uses against its limits, by Karpenter's rule (controller.state.usage), with the
+        NodeClaims not launched yet counted too: by their capacity when known, else their largest instance-type option
+        (Karpenter's subtractMax for a batch's new NodeClaims, kept until launch, so two batches cannot both spend the
+        last of a limit)."""
+        by_pool = {pool: {it.name: it for it in types} for pool, types in types_by_pool.items()}
+
+        def unlaunched(claim: NodeClaimView) -> dict[str, int]:
             try:
-                capacity = resources_from_dict((claim.get("status") or {}).get("capacity"))
+                capacity = claim.capacity
             except QuantityError:
                 capacity = {}
-            if not capacity:
-                options = _instance_type_options(claim)
-                sized = [by_name[o].capacity for o in options if o in by_name]
-                for cap in sized:
-                    for k, v in cap.items():
+            if capacity:
+                return capacity
+            by_name = by_pool.get(claim.nodepool, {})
+            for option in claim.instance_type_options:
+                if option in by_name:
+                    for k, v in by_name[option].capacity.items():
                         capacity[k] = max(capacity.get(k, 0), v)
-            for k, v in capacity.items():
-                used[k] = used.get(k, 0) + v
-        return used
+            return capacity
+
+        return self.cluster.nodepool_usage(unlaunched)
 
     def node_pools(self) -> tuple[list[SchedNodePool], dict[str, dict[str, Any]]]:
         """NodePools as the scheduler sees them (with the reason a pool is not usable), and their manifests."""
@@ -299,7 +306,7 @@ class Provisioner:
     def pool_sources(self) -> list[inputs.PoolSource]:
         """The NodePools that may launch for pods (not being deleted, not static), each with its NodeClass's instance
         types from the cloud provider, what it uses against its limits and why it cannot launch ("" when it can)."""
-        read: list[inputs.PoolSource] = []
+        read: list[tuple[dict[str, Any], list[InstanceType], str]] = []
         for np_ in self.cluster.nodepools():
             meta = np_.get("metadata") or {}
             if meta.get("deletionTimestamp"):
@@ -321,8 +328,10 @@ class Provisioner:
                     types = self._instance_types(nodeclass)
                 except Exception as e:  # a cloud error costs this pool this batch, not the others
                     not_ready = f"listing instance types failed: {str(e)[:200]}"
-            read.append(inputs.PoolSource(np_, types, self._usage(name, types), not_ready))
-        return read
+            read.append((np_, types, not_ready))
+        usage = self._pool_usage({np_["metadata"]["name"]: types for np_, types, _ in read})
+        return [inputs.PoolSource(np_, types, usage.get(np_["metadata"]["name"], {"nodes": 0}), not_ready)
+                for np_, types, not_ready in read]
 
     def node_sources(self) -> list[inputs.NodeSource]:
         """Nodes that may take pods, with the pods bound to them, then NodeClaims in flight (launched or not, not yet
@@ -401,8 +410,8 @@ class Provisioner:
         pending = self.cluster.pending_pods()
         # pending pods first, then those of deleting nodes; a pod is scheduled once whatever lists it
         raw_by_key: dict[str, dict[str, Any]] = {}
-        for raw in [*pending, *self.reschedulable_pods()]:
-            raw_by_key.setdefault(key_of(raw), raw)
+        for view in [*pending, *self.reschedulable_pods()]:
+            raw_by_key.setdefault(view.key, view)
         raw_pods = list(raw_by_key.values())
         M.SCHEDULER_QUEUE_DEPTH.labels(controller="provisioner", scheduling_id="").set(len(raw_pods))
         results = Results()
