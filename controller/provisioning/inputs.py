@@ -65,6 +65,17 @@ def _resources(raw: Any, where: str) -> dict[str, int]:
     return out
 
 
+def _requirements(raw: Any, where: str) -> Requirements:
+    """A NodePool's or NodeClaim's node selector requirements (with minValues) as the scheduler's Requirements."""
+    raw = raw or []
+    if not isinstance(raw, list) or not all(isinstance(r, dict) for r in raw):
+        raise InputError(f"{where}: must be a list of requirements")
+    try:
+        return Requirements.from_node_selector_requirements(raw)
+    except (KeyError, ValueError, TypeError) as e:
+        raise InputError(f"{where}: {e}") from None
+
+
 def taints(items: list[dict[str, Any]] | None) -> list[Taint]:
     """Taints as the scheduler sees them from a `taints`/`startupTaints` list (effect defaults to NoSchedule)."""
     if items is None:
@@ -137,13 +148,7 @@ def node_pool(manifest: dict[str, Any], instance_types: list[InstanceType], used
     template = _map(spec.get("template"), f"{where}: spec.template")
     tspec = _map(template.get("spec"), f"{where}: spec.template.spec")
     labels = _labels(_map(template.get("metadata"), f"{where}: spec.template.metadata"), f"{where}: spec.template")
-    raw_reqs = tspec.get("requirements") or []
-    if not isinstance(raw_reqs, list) or not all(isinstance(r, dict) for r in raw_reqs):
-        raise InputError(f"{where}: spec.template.spec.requirements: must be a list of requirements")
-    try:
-        reqs = Requirements.from_node_selector_requirements(raw_reqs)
-    except (KeyError, ValueError, TypeError) as e:
-        raise InputError(f"{where}: spec.template.spec.requirements: {e}") from None
+    reqs = _requirements(tspec.get("requirements"), f"{where}: spec.template.spec.requirements")
     reqs = reqs.intersect(Requirements.from_labels(labels))
     reqs.add(Requirement(L.NODEPOOL, False, frozenset([str(name)])))
     limits = _resources(spec.get("limits"), f"{where}: spec.limits") if spec.get("limits") else None
@@ -259,7 +264,7 @@ def live_daemonset_pods(pods: Iterable[Mapping[str, Any]]) -> Callable[[dict[str
     (those it controls, by the DaemonSet's uid)."""
     by_owner: dict[str, list[Mapping[str, Any]]] = {}
     for raw in pods:
-        if not owned_by_daemonset(dict(raw)):
+        if not owned_by_daemonset(raw):
             continue
         for ref in (raw.get("metadata") or {}).get("ownerReferences") or []:
             if isinstance(ref, dict) and ref.get("kind") == "DaemonSet" and ref.get("controller") and ref.get("uid"):
@@ -371,13 +376,7 @@ def in_flight_node(nodeclaim: dict[str, Any], allocatable: dict[str, int], pods:
     where = f"NodeClaim/{name}"
     spec = _map(nodeclaim.get("spec"), f"{where}: spec")
     labels = _labels(meta, where)
-    raw_reqs = spec.get("requirements") or []
-    if not isinstance(raw_reqs, list) or not all(isinstance(r, dict) for r in raw_reqs):
-        raise InputError(f"{where}: spec.requirements: must be a list of requirements")
-    try:
-        reqs = Requirements.from_node_selector_requirements(raw_reqs)
-    except (KeyError, ValueError, TypeError) as e:
-        raise InputError(f"{where}: spec.requirements: {e}") from None
+    reqs = _requirements(spec.get("requirements"), f"{where}: spec.requirements")
     for k, v in reqs.labels().items():
         labels.setdefault(k, v)
     labels.setdefault(L.HOSTNAME, str(name))
@@ -476,10 +475,6 @@ def scheduler_inputs(*, nodes: Iterable[NodeSource], pods: Iterable[tuple[dict[s
     `pods` (and `daemonsets`) come with where each was read from; with `screen`, those that ask not to run on
     Karpenter's nodes are set aside and those with DRA requests refused (while `ignore_dra_requests`), as the
     provisioner does before scheduling. `pools` is called once, after the pods, and only when some pod is to be
-        pod = known.get(key) if known is not None else None
-        if pod is not None:
-            out.converted[key] = pod
-            return pod
     placed or `screen` is off: a face's instance types may cost a cloud call. Pods in `known` (by namespace/name)
     were converted already by the face; other bound pods are converted by `convert_bound` (a face's cache) or as pods
     to place are."""
@@ -487,6 +482,10 @@ def scheduler_inputs(*, nodes: Iterable[NodeSource], pods: Iterable[tuple[dict[s
 
     def convert(raw: dict[str, Any], where: str, bound: bool) -> Pod | None:
         key = pod_key(raw)
+        pod = known.get(key) if known is not None else None
+        if pod is not None:
+            out.converted[key] = pod
+            return pod
         try:
             pod = (convert_bound(raw) if bound and convert_bound is not None
                    else scheduling_pod(raw, volumes, namespace_labels))  # bound pods may move (disruption)
