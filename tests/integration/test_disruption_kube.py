@@ -325,8 +325,8 @@ def test_consolidation_still_valid_starts(world: World, pool: str) -> None:
 class _NoPools:
     """The provisioner's NodePool view, for tests that hand the loop their own commands."""
 
-    def node_pools(self) -> tuple[list[Any], dict[str, Obj]]:
-        return [], {}
+    def pool_sources(self) -> list[Any]:
+        return []
 
 
 # ---- the snapshot -----------------------------------------------------------------------------------------------
