@@ -191,7 +191,7 @@ class StateNode:
 
     def ready(self) -> bool:
         """The Node's Ready condition is True."""
-        return self.node is not None and C.is_true(self.node.get("status"), "Ready")
+        return C.node_ready(self.node)
 
 
 def state_nodes(snapshot: Snapshot) -> tuple[list[StateNode], list[Obj]]:
