@@ -19,7 +19,7 @@ from controller.api import conditions as C
 from controller.api import labels as L
 from controller.api.nodeclasshash import hash_annotations
 from controller.api.quantity import QuantityError, resources_from_dict
-from controller.api.taints import Taint, is_known_ephemeral
+from controller.api.taints import UNREGISTERED_TAINT, Taint, is_known_ephemeral
 from controller.cloud.errors import InsufficientCapacityError, NodeClassNotReadyError
 from controller.cloud.provider import CloudProvider, LaunchedNode, LaunchRequest, NodeClass
 from controller.failpoints import failpoint
@@ -267,7 +267,8 @@ class LifecycleController:
         owners = [o for o in meta.get("ownerReferences") or [] if o.get("kind") != "NodeClaim"]
         owners.append({"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "name": claim["metadata"]["name"],
                        "uid": claim["metadata"]["uid"], "blockOwnerDeletion": True})
-        taints = [t for t in (node.get("spec") or {}).get("taints") or [] if t.get("key") != L.UNREGISTERED_TAINT_KEY]
+        taints = [t for t in (node.get("spec") or {}).get("taints") or []
+                  if not UNREGISTERED_TAINT.matches(Taint.from_dict(t))]
         if "karpenter.sh/do-not-sync-taints" not in labels:
             have = {_taint_key(t) for t in taints}
             spec = claim.get("spec") or {}
@@ -287,10 +288,11 @@ class LifecycleController:
         (the node lifecycle controller's not-ready taint), so a registration's removal can be lost to a concurrent
         write; a JSON patch naming the entry removes exactly it."""
         for i, t in enumerate((node.get("spec") or {}).get("taints") or []):
-            if t.get("key") == L.UNREGISTERED_TAINT_KEY:
+            if UNREGISTERED_TAINT.matches(Taint.from_dict(t)):
                 with contextlib.suppress(NotFoundError, InvalidError):  # InvalidError: the list changed meanwhile
                     self.client.patch(R.NODES, node["metadata"]["name"], [
-                        {"op": "test", "path": f"/spec/taints/{i}/key", "value": L.UNREGISTERED_TAINT_KEY},
+                        {"op": "test", "path": f"/spec/taints/{i}/key", "value": UNREGISTERED_TAINT.key},
+                        {"op": "test", "path": f"/spec/taints/{i}/effect", "value": UNREGISTERED_TAINT.effect},
                         {"op": "remove", "path": f"/spec/taints/{i}"}], patch_type="json")
                 return
 
