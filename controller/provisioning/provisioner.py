@@ -17,7 +17,7 @@ from typing import Any
 from controller import metrics as M
 from controller.api import conditions as C
 from controller.api import labels as L
-from controller.api.quantity import QuantityError, resources_from_dict
+from controller.api.quantity import QuantityError
 from controller.api.validation import spec_errors
 from controller.catalog.types import InstanceType
 from controller.cloud.provider import CloudProvider, NodeClass
@@ -39,14 +39,8 @@ from controller.scheduling.policies import without_preferences as without_prefer
 from controller.scheduling.scheduler import Plan
 from controller.scheduling.types import ExistingNode, SchedNodePool
 from controller.settings import format_duration
-from controller.state.cluster import (
-    Cluster,
-    condition,
-    is_terminal,
-    provider_id,
-)
-from controller.state.views import NodeClaimView, PodView
-from controller.termination.drain import has_disrupted_taint
+from controller.state.cluster import Cluster
+from controller.state.views import NodeClaimView, NodeView, PodView
 
 log = logging.getLogger("karpy.provisioner")
 CREATE_WORKERS = 8
@@ -90,12 +84,6 @@ def min_values_relaxed(nodepool: dict[str, Any], options: list[InstanceType]) ->
     return False
 
 
-def _instance_type_options(claim: dict[str, Any]) -> list[str]:
-    """The instance types a NodeClaim's `node.kubernetes.io/instance-type In` requirement allows (none: [])."""
-    return next((list(r.get("values") or []) for r in (claim.get("spec") or {}).get("requirements") or []
-                 if r.get("key") == L.INSTANCE_TYPE and r.get("operator") == "In"), [])
-
-
 class Provisioner:
     """Runs scheduling passes on batches of provisionable pods and creates the NodeClaims they need."""
 
@@ -135,19 +123,19 @@ class Provisioner:
         from controller.state.cluster import is_provisionable
 
         if event == "DELETED" or new is None:
-            uid = str(((old or {}).get("metadata") or {}).get("uid", ""))
+            uid = PodView.of(old).uid if old is not None else ""
             self._seen.pop(uid, None)
             self._decided.discard(uid)
             with self._pods_lock:
                 self._pods.pop(uid, None)
             return
-        if is_provisionable(new):
-            self._seen.setdefault(str(new["metadata"].get("uid", "")), time.time())
+        pod = PodView.of(new)  # the informer's view; a plain dict from elsewhere is viewed here
+        if is_provisionable(pod):
+            self._seen.setdefault(pod.uid, time.time())
             self.trigger()
-        elif old is not None and not (old.get("spec") or {}).get("nodeName") and (new.get("spec") or {}).get(
-                "nodeName"):
-            scheduled = C.parse_time((condition(new, "PodScheduled") or {}).get("lastTransitionTime"))
-            created = C.parse_time(new["metadata"].get("creationTimestamp"))
+        elif old is not None and not PodView.of(old).node_name and pod.node_name:
+            scheduled = C.parse_time((pod.condition("PodScheduled") or {}).get("lastTransitionTime"))
+            created = pod.created
             if scheduled is not None and created is not None:
                 M.PODS_BOUND_DURATION.observe(max(0.0, scheduled - created))
 
@@ -165,19 +153,17 @@ class Provisioner:
                 continue
             if limits is None:
                 limits = PdbLimits(self.cluster.pdbs())
-            for pod in self.cluster.pods_on_node(node["metadata"]["name"]):
+            for pod in self.cluster.pods_on_node(node.name):
                 if limits.is_currently_reschedulable(pod, now):
                     out.append(pod)
         return out
 
-    def _node_deleting(self, node: dict[str, Any]) -> bool:
+    def _node_deleting(self, node: NodeView) -> bool:
         """Whether the Node is going away: deleted, its NodeClaim deleted, or tainted karpenter.sh/disrupted."""
-        if (node.get("metadata") or {}).get("deletionTimestamp"):
-            return True
-        if has_disrupted_taint(node):
+        if node.deleting or node.disrupted:
             return True
         claim = self.cluster.nodeclaim_for_node(node)
-        return claim is not None and bool((claim.get("metadata") or {}).get("deletionTimestamp"))
+        return claim is not None and claim.deleting
 
     def run(self, stop: threading.Event) -> None:
         """Wait for batches and schedule them, until stop; only the leader schedules."""
@@ -341,19 +327,15 @@ class Provisioner:
         for node in self.cluster.nodes():
             if self._node_deleting(node):
                 continue
-            if provider_id(node):
-                registered.add(provider_id(node))
-            name = node["metadata"]["name"]
+            if node.provider_id:
+                registered.add(node.provider_id)
             out.append(inputs.NodeSource(node=node, nodeclaim=self.cluster.nodeclaim_for_node(node),
-                                         pods=[p for p in self.cluster.pods_on_node(name) if not is_terminal(p)]))
+                                         pods=[p for p in self.cluster.pods_on_node(node.name) if not p.terminal]))
         for claim in self.cluster.nodeclaims():
-            meta = claim.get("metadata") or {}
-            if meta.get("deletionTimestamp") or (provider_id(claim) and provider_id(claim) in registered):
-                continue
-            if (claim.get("status") or {}).get("nodeName"):
+            if claim.deleting or (claim.provider_id and claim.provider_id in registered) or claim.node_name:
                 continue
             try:
-                allocatable = resources_from_dict((claim.get("status") or {}).get("allocatable"))
+                allocatable = claim.allocatable
             except QuantityError:
                 allocatable = {}
             out.append(inputs.NodeSource(node=None, nodeclaim=claim,
@@ -376,11 +358,11 @@ class Provisioner:
             elif issue.kind in ("Node", "NodeClaim"):
                 log.debug("skipping node", extra={issue.kind: {"name": issue.key}, "error": issue.message[:200]})
 
-    def _expected_allocatable(self, claim: dict[str, Any]) -> dict[str, int]:
+    def _expected_allocatable(self, claim: NodeClaimView) -> dict[str, int]:
         """Before launch, the smallest allocatable among the NodeClaim's instance-type options."""
-        ref = ((claim.get("spec") or {}).get("nodeClassRef") or {}).get("name", "")
-        nodeclass = self.cluster.nodeclass(str(ref))
-        options = _instance_type_options(claim)
+        ref = claim.nodeclass_name
+        nodeclass = self.cluster.nodeclass(ref)
+        options = claim.instance_type_options
         types: list[InstanceType] | None = None
         if nodeclass is not None and options and not nodeclass_not_ready(nodeclass, str(ref)):
             try:
@@ -389,7 +371,7 @@ class Provisioner:
                 types = None
         if types is None:
             try:
-                return resources_from_dict(((claim.get("spec") or {}).get("resources") or {}).get("requests"))
+                return claim.requests
             except QuantityError:
                 return {}
         by_name = {it.name: it for it in types}

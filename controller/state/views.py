@@ -261,6 +261,11 @@ class NodeClaimView(_Machine):
         return [t for t in _list(self.spec.get("startupTaints")) if isinstance(t, Mapping)]
 
     @property
+    def requests(self) -> dict[str, int]:
+        """spec.resources.requests in canonical units (raises QuantityError on a malformed quantity)."""
+        return resources_from_dict(dict(_map(_map(self.spec.get("resources")).get("requests"))))
+
+    @property
     def launched(self) -> bool:
         """Whether Launched is True."""
         return self.is_true("Launched")
