@@ -15,7 +15,7 @@ from controller.disruption import budgets
 from controller.disruption.types import Blocked, Candidate, Obj, Snapshot
 from controller.scheduling.pod import LabelSelector, PodError, _selector
 from controller.state.cluster import is_mirror, is_terminal
-from controller.state.views import NodeClaimView, NodeView
+from controller.state.views import NodeClaimView, NodeView, PodView
 from controller.termination.drain import (
     do_not_disrupt_active,
     is_static,
@@ -143,9 +143,7 @@ def pdb_block(pod: Obj, pdbs_by_ns: dict[str, list[PDB]], now: float) -> str | N
         keys = ", ".join(p.key for p in matching)
         return f"eviction does not support multiple PDBs (PodDisruptionBudget(s)=[{keys}])"
     for p in matching:
-        if p.unhealthy_always and any(c.get("type") == "Ready" and c.get("status") == "False"
-                                      for c in (pod.get("status") or {}).get("conditions") or []
-                                      if isinstance(c, dict)):
+        if p.unhealthy_always and PodView.of(pod).unhealthy:
             return None
         if p.allowed <= 0:
             return f"pdb prevents pod evictions (PodDisruptionBudget=[{p.key}])"

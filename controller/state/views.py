@@ -321,3 +321,9 @@ class PodView(ObjectView):
     def ready(self) -> bool:
         """Whether the pod's Ready condition is True."""
         return self.is_true("Ready")
+
+    @property
+    def unhealthy(self) -> bool:
+        """Whether its Ready condition is False: the pod a PodDisruptionBudget with unhealthyPodEvictionPolicy
+        AlwaysAllow lets be evicted (Karpenter's pdb limits check exactly this)."""
+        return self.is_false("Ready")
