@@ -123,7 +123,8 @@ def build(snapshot: Snapshot, cands: CandidateSet, options: Options) -> Simulati
                                            uninitialized=f"nodeclaim/{s.nodeclaim_name}, node/{s.name}"
                                            if waiting else ""))
     always += [raw for raw in cands.pending if is_provisionable(raw)]
-    usage = inputs.nodepool_usage([s.node for s in cands.all_nodes if s.node is not None])
+    usage = inputs.nodepool_usage([s.node for s in cands.all_nodes if s.node is not None],
+                                  [s.nodeclaim for s in cands.all_nodes if s.nodeclaim is not None])
 
     def pools() -> list[inputs.PoolSource]:
         # static NodePools are sized by replicas, never by pods
