@@ -1,6 +1,6 @@
 """NodePool status, as Karpenter's nodepool counter and readiness controllers keep it: status.resources and
-status.nodes from its NodeClaims, conditions NodeClassReady, ValidationSucceeded and Ready, and the usage and limit
-gauges."""
+status.nodes from its nodes by the cluster state's usage rule (controller.state.usage), conditions NodeClassReady,
+ValidationSucceeded and Ready, and the usage and limit gauges."""
 
 from __future__ import annotations
 
