@@ -13,6 +13,8 @@ import copy
 from collections.abc import Mapping
 from typing import Any, NoReturn, Self
 
+import yaml
+
 from controller.api import conditions as C
 from controller.api import labels as L
 from controller.api.quantity import resources_from_dict
@@ -161,6 +163,10 @@ class ObjectView(dict[str, Any]):
     def nodepool(self) -> str:
         """The karpenter.sh/nodepool label ("" when it has none)."""
         return str(self.labels.get(L.NODEPOOL) or "")
+
+
+# a view dumps as the mapping it is (PyYAML's safe dumper represents only plain dicts on its own)
+yaml.SafeDumper.add_multi_representer(ObjectView, yaml.representer.SafeRepresenter.represent_dict)
 
 
 def _has_taint(taints: list[Any], key: str, effect: str) -> bool:

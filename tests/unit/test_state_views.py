@@ -7,6 +7,7 @@ import copy
 import json
 
 import pytest
+import yaml
 
 from controller.api import labels as L
 from controller.kube import resources as R
@@ -57,6 +58,7 @@ def test_a_view_is_the_json_for_writes_and_read_only_in_place():
     node = _world().cluster.node("n1")
     assert node is not None and node.raw is node
     assert json.loads(json.dumps(node)) == node  # sent as it is
+    assert yaml.safe_load(yaml.safe_dump({"node": node}))["node"] == node  # and shown as it is
     with pytest.raises(TypeError, match=r"NodeView 'n1' is shared read-only"):
         node["spec"] = {}
     with pytest.raises(TypeError):
