@@ -333,9 +333,9 @@ def _disruption(settings: Settings, cluster: Cluster, client: KubeClient, provis
 
 def _going_away(node: dict[str, Any]) -> bool:
     """A Node deleted or tainted karpenter.sh/disrupted."""
-    return bool(node["metadata"].get("deletionTimestamp")) or any(
-        isinstance(t, dict) and t.get("key") == L.DISRUPTED_TAINT_KEY for t in (node.get("spec") or {}).get("taints")
-        or [])
+    from controller.termination.drain import has_disrupted_taint
+
+    return bool(node["metadata"].get("deletionTimestamp")) or has_disrupted_taint(node)
 
 
 def _replay(informer: Informer, handler: Callable[[str, dict[str, Any] | None, dict[str, Any] | None], None]) -> None:
@@ -457,20 +457,18 @@ def _observe_state(cluster: Cluster, stop: threading.Event) -> None:
 def _pod_states(cluster: Cluster, gauge: Any) -> None:
     """karpenter_pods_state: one series per pod, with its node's NodePool, zone, arch, capacity and instance type.
     Rebuilt from the cache each time, so deleted pods leave no series behind."""
-    nodes = {n["metadata"]["name"]: (n["metadata"].get("labels") or {}) for n in cluster.nodes()}
+    nodes = {n.name: n.labels for n in cluster.nodes()}
     gauge.clear()
     for pod in cluster.pods():
-        meta, spec, status = pod["metadata"], pod.get("spec") or {}, pod.get("status") or {}
-        node = str(spec.get("nodeName") or "")
+        node = pod.node_name
         labels = nodes.get(node, {})
-        owner = next((f"{r.get('kind')}/{r.get('name')}" for r in meta.get("ownerReferences") or []
-                      if r.get("controller")), "")
-        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
-        gauge.labels(name=meta.get("name", ""), namespace=meta.get("namespace", ""), owner=owner, node=node,
+        ref = pod.controller_ref
+        owner = f"{ref.get('kind')}/{ref.get('name')}" if ref is not None else ""
+        gauge.labels(name=pod.name, namespace=pod.namespace, owner=owner, node=node,
                      scheduled=str(bool(node)).lower(), nodepool=labels.get(L.NODEPOOL, ""),
                      zone=labels.get(L.ZONE, ""), arch=labels.get(L.ARCH, ""),
                      capacity_type=labels.get(L.CAPACITY_TYPE, ""), instance_type=labels.get(L.INSTANCE_TYPE, ""),
-                     phase=str(status.get("phase", "")), ready=str(ready).lower(),
+                     phase=pod.phase, ready=str(pod.ready).lower(),
                      managed=str(L.NODEPOOL in labels).lower()).set(1)
 
 

@@ -72,8 +72,8 @@ def _fit(metric: Any, given: Mapping[str, Any]) -> dict[str, str]:
     return {n: str(given[n]) if n in given and given[n] is not None else defaults.get(n, "") for n in names}
 
 
-class Counter(prometheus_client.Counter):
-    """A Counter whose labels(**kw) fills left-out labels and drops other versions' labels (see the module doc)."""
+class _LenientLabels(prometheus_client.metrics.MetricWrapperBase):
+    """labels(**kw) that fills left-out labels and drops other versions' labels (see the module doc)."""
 
     def labels(self: M, *labelvalues: Any, **labelkwargs: Any) -> M:
         if labelkwargs and not labelvalues:
@@ -81,31 +81,20 @@ class Counter(prometheus_client.Counter):
         return super().labels(*labelvalues, **labelkwargs)
 
 
-class Gauge(prometheus_client.Gauge):
-    """A Gauge with lenient keyword labels (see the module doc)."""
-
-    def labels(self: M, *labelvalues: Any, **labelkwargs: Any) -> M:
-        if labelkwargs and not labelvalues:
-            labelkwargs = _fit(self, labelkwargs)
-        return super().labels(*labelvalues, **labelkwargs)
+class Counter(_LenientLabels, prometheus_client.Counter):
+    """A Counter with lenient keyword labels."""
 
 
-class Histogram(prometheus_client.Histogram):
-    """A Histogram with lenient keyword labels (see the module doc)."""
-
-    def labels(self: M, *labelvalues: Any, **labelkwargs: Any) -> M:
-        if labelkwargs and not labelvalues:
-            labelkwargs = _fit(self, labelkwargs)
-        return super().labels(*labelvalues, **labelkwargs)
+class Gauge(_LenientLabels, prometheus_client.Gauge):
+    """A Gauge with lenient keyword labels."""
 
 
-class Summary(prometheus_client.Summary):
+class Histogram(_LenientLabels, prometheus_client.Histogram):
+    """A Histogram with lenient keyword labels."""
+
+
+class Summary(_LenientLabels, prometheus_client.Summary):
     """A Summary with lenient keyword labels (prometheus_client exposes _count and _sum, no quantiles)."""
-
-    def labels(self: M, *labelvalues: Any, **labelkwargs: Any) -> M:
-        if labelkwargs and not labelvalues:
-            labelkwargs = _fit(self, labelkwargs)
-        return super().labels(*labelvalues, **labelkwargs)
 
 
 # ---- nodeclaims (pkg/metrics/metrics.go, pkg/controllers/nodeclaim/lifecycle/metrics.go) ----------------------------

@@ -172,10 +172,10 @@ def ami_family(spec: dict[str, Any]) -> str:
     return str(spec.get("amiFamily") or "custom").lower()
 
 
-def _checked(doc: Document, kind: str) -> dict[str, Any]:
+def _checked(doc: Document, kind: str, validated: bool) -> dict[str, Any]:
     if doc.kind != kind:
         raise ValueError(f"{doc.ref}: expected a {kind}")
-    errors = validate_document(doc)
+    errors = [] if validated else validate_document(doc)
     if errors:
         raise InvalidDocument(errors)
     schema = KINDS[(doc.api_version, doc.kind)]
@@ -186,16 +186,22 @@ def _ref(raw: dict[str, Any]) -> NodeClassReference:
     return NodeClassReference(raw["group"], raw["kind"], raw["name"])
 
 
-def parse_nodepool(doc: Document) -> NodePool:
-    """A validated NodePool with defaults; InvalidDocument lists every error."""
-    m = _checked(doc, "NodePool")
+def parse_nodepool(doc: Document, *, validated: bool = False) -> NodePool:
+    """A validated NodePool with defaults; InvalidDocument lists every error (`validated`: the caller has validated
+    the document already, so it is not validated twice)."""
+    return nodepool_from_manifest(_checked(doc, "NodePool", validated), doc.name)
+
+
+def nodepool_from_manifest(m: dict[str, Any], name: str | None = None) -> NodePool:
+    """The typed view of a valid NodePool manifest with its defaults applied (kept as `manifest`, not copied)."""
     spec = m["spec"]
     tmpl = spec["template"]
     tspec = tmpl["spec"]
     meta = tmpl.get("metadata") or {}
     d = spec.get("disruption") or {}
     return NodePool(
-        name=doc.name, template_labels=dict(meta.get("labels") or {}),
+        name=name or str((m.get("metadata") or {}).get("name") or ""),
+        template_labels=dict(meta.get("labels") or {}),
         template_annotations=dict(meta.get("annotations") or {}), requirements=_reqs(tspec.get("requirements") or []),
         taints=_taints(tspec.get("taints")), startup_taints=_taints(tspec.get("startupTaints")),
         node_class_ref=_ref(tspec["nodeClassRef"]), expire_after=tspec["expireAfter"],
@@ -209,7 +215,7 @@ def parse_nodepool(doc: Document) -> NodePool:
 
 def parse_nodeclaim(doc: Document) -> NodeClaim:
     """A validated NodeClaim with defaults; InvalidDocument lists every error."""
-    m = _checked(doc, "NodeClaim")
+    m = _checked(doc, "NodeClaim", False)
     spec, status = m["spec"], m.get("status") or {}
     return NodeClaim(
         name=doc.name, labels=dict((m.get("metadata") or {}).get("labels") or {}),
@@ -221,14 +227,19 @@ def parse_nodeclaim(doc: Document) -> NodeClaim:
         node_name=status.get("nodeName", ""), conditions=_conditions(status), manifest=m)
 
 
-def parse_ec2nodeclass(doc: Document) -> EC2NodeClass:
-    """A validated EC2NodeClass with defaults; InvalidDocument lists every error."""
-    m = _checked(doc, "EC2NodeClass")
+def parse_ec2nodeclass(doc: Document, *, validated: bool = False) -> EC2NodeClass:
+    """A validated EC2NodeClass with defaults; InvalidDocument lists every error (`validated` as for NodePools)."""
+    return ec2nodeclass_from_manifest(_checked(doc, "EC2NodeClass", validated), doc.name)
+
+
+def ec2nodeclass_from_manifest(m: dict[str, Any], name: str | None = None) -> EC2NodeClass:
+    """The typed view of a valid EC2NodeClass manifest with its defaults applied (kept as `manifest`)."""
     spec = m["spec"]
     alias = next((t["alias"] for t in spec["amiSelectorTerms"] if t.get("alias")), None)
     family = ami_family(spec)
     return EC2NodeClass(
-        name=doc.name, role=spec.get("role"), instance_profile=spec.get("instanceProfile"), ami_alias=alias,
+        name=name or str((m.get("metadata") or {}).get("name") or ""), role=spec.get("role"),
+        instance_profile=spec.get("instanceProfile"), ami_alias=alias,
         ami_family=family, subnet_selector_terms=spec["subnetSelectorTerms"],
         security_group_selector_terms=spec["securityGroupSelectorTerms"],
         ami_selector_terms=spec["amiSelectorTerms"],

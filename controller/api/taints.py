@@ -7,6 +7,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from controller.api.labels import UNREGISTERED_TAINT_KEY
+
 
 @dataclass(frozen=True, slots=True)
 class Toleration:
@@ -66,6 +68,10 @@ class Taint:
         return self.key == other.key and self.effect == other.effect
 
 
+# karpenter.sh/unregistered:NoExecute: a node registers with it and registration removes it once the Node is synced
+# (Karpenter's UnregisteredNoExecuteTaint, matched by key and effect wherever it is looked for)
+UNREGISTERED_TAINT = Taint(UNREGISTERED_TAINT_KEY, "", "NoExecute")
+
 # Taints a node carries while it starts (Karpenter's scheduling.KnownEphemeralTaints): on its own nodes Karpenter
 # ignores them until the node is initialized, and initialization waits for them to be gone
 KNOWN_EPHEMERAL_TAINTS = (
@@ -73,7 +79,7 @@ KNOWN_EPHEMERAL_TAINTS = (
     Taint("node.kubernetes.io/not-ready", "", "NoExecute"),
     Taint("node.kubernetes.io/unreachable", "", "NoSchedule"),
     Taint("node.cloudprovider.kubernetes.io/uninitialized", "true", "NoSchedule"),
-    Taint("karpenter.sh/unregistered", "", "NoExecute"),
+    UNREGISTERED_TAINT,
 )
 # key prefixes of taint families that are ephemeral too (the Node Readiness Controller's readiness.k8s.io/<rule>)
 KNOWN_EPHEMERAL_TAINT_KEY_PREFIXES = ("readiness.k8s.io/",)

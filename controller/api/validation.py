@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from controller.api.documents import Document
+from controller.api.durations import parse_go_duration
 from controller.api.kinds import (
     EVICTION_SIGNALS,
     KINDS,
@@ -173,9 +174,10 @@ def _kubelet(kubelet: dict[str, Any], out: list[ValidationIssue]) -> None:
             if not isinstance(value, str):
                 out.append(ValidationIssue(f"{p}.{field}[{key}]", f"{value!r} must be a string"))
             elif field == "evictionSoftGracePeriod":
-                if not _GO_DURATION.match(value):
+                seconds = _go_duration(value)
+                if seconds is None:
                     out.append(ValidationIssue(f"{p}.{field}[{key}]", f"{value!r} must be a duration"))
-                elif value.startswith("-") and value.strip("-0.nsuµmh") != "":
+                elif seconds < 0:
                     out.append(ValidationIssue(f"{p}.{field}[{key}]", f"{value!r} can't be a negative duration"))
             elif value.endswith("%"):
                 try:
@@ -231,7 +233,14 @@ def _kubelet(kubelet: dict[str, Any], out: list[ValidationIssue]) -> None:
                                       f"imageGCLowThresholdPercent ({low})"))
 
 
-_GO_DURATION = re.compile(r"^[-+]?(0|([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|ms|s|m|h))+$")
+def _go_duration(value: str) -> float | None:
+    """Seconds in a Go duration written exactly (no surrounding space), else None."""
+    if value != value.strip():
+        return None
+    try:
+        return parse_go_duration(value)
+    except ValueError:
+        return None
 
 
 def _ec2nodeclass(raw: dict[str, Any], out: list[ValidationIssue]) -> None:

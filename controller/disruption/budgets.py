@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from controller.api.durations import parse_go_duration
+
 UNBOUNDED = 2**31 - 1  # Karpenter's math.MaxInt32: no active budget limits this reason
 DEFAULT_BUDGETS: tuple[dict[str, str], ...] = ({"nodes": "10%"},)  # the CRD's default for spec.disruption.budgets
 KNOWN_REASONS = ("Empty", "Drifted", "Underutilized")
@@ -40,7 +42,6 @@ _DAYS = {"sun": 0, "mon": 1, "tue": 2, "wed": 3, "thu": 4, "fri": 5, "sat": 6}
 _FIELDS: tuple[tuple[str, int, int, dict[str, int]], ...] = (
     ("minute", 0, 59, {}), ("hour", 0, 23, {}), ("day-of-month", 1, 31, {}), ("month", 1, 12, _MONTHS),
     ("day-of-week", 0, 6, _DAYS))
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(h|m|s|ms)")
 _NODES_INT = re.compile(r"^\d+$")
 _NODES_PCT = re.compile(r"^(\d+)%$")
 
@@ -147,16 +148,12 @@ def parse_schedule(text: str) -> Schedule:
 
 
 def parse_duration(text: str) -> float:
-    """A Go duration string (`1h`, `30m`, `1h30m0s`) in seconds."""
-    s = str(text).strip()
-    pos, total = 0, 0.0
-    for m in _DURATION.finditer(s):
-        if m.start() != pos:
-            break
-        n = float(m.group(1))
-        total += n * {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}[m.group(2)]
-        pos = m.end()
-    if not s or pos != len(s):
+    """A Go duration string (`1h`, `30m`, `1h30m0s`) in seconds, by the one Go duration parser; never negative."""
+    try:
+        total = parse_go_duration(str(text))
+    except ValueError:
+        total = -1.0
+    if total < 0:
         raise BudgetError(f"duration {_clip(text)!r} is not a duration such as 1h, 30m or 1h30m")
     return total
 

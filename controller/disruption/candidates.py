@@ -9,14 +9,15 @@ from dataclasses import dataclass, field
 
 from controller.api import conditions as C
 from controller.api import labels as L
+from controller.api.pods import owned_by, owned_by_daemonset
 from controller.catalog.types import InstanceType
 from controller.disruption import budgets
 from controller.disruption.types import Blocked, BudgetMapping, Candidate, Obj, Snapshot
 from controller.scheduling.pod import LabelSelector, PodError, _selector
-from controller.state.cluster import is_mirror, is_terminal, provider_id
+from controller.state.cluster import is_mirror, is_terminal
+from controller.state.views import NodeClaimView, NodeView, PodView
 from controller.termination.drain import (
     do_not_disrupt_active,
-    has_disrupted_taint,
     is_static,
     tolerates_disrupted_taint,
 )
@@ -44,10 +45,6 @@ def _key(pod: Obj) -> str:
     return f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
 
 
-def _owned_by(pod: Obj, kind: str) -> bool:
-    return any(isinstance(r, dict) and r.get("kind") == kind for r in _meta(pod).get("ownerReferences") or [])
-
-
 def is_active(pod: Obj) -> bool:
     """Neither terminal nor terminating."""
     return not is_terminal(pod) and not _meta(pod).get("deletionTimestamp")
@@ -55,8 +52,8 @@ def is_active(pod: Obj) -> bool:
 
 def is_reschedulable(pod: Obj) -> bool:
     """Karpenter's IsReschedulable: active (or a terminating StatefulSet pod), not a DaemonSet's nor a static pod."""
-    terminating_sts = bool(_meta(pod).get("deletionTimestamp")) and _owned_by(pod, "StatefulSet")
-    return ((is_active(pod) or terminating_sts) and not _owned_by(pod, "DaemonSet") and not is_static(pod)
+    terminating_sts = bool(_meta(pod).get("deletionTimestamp")) and owned_by(pod, "apps/v1", "StatefulSet")
+    return ((is_active(pod) or terminating_sts) and not owned_by_daemonset(pod) and not is_static(pod)
             and not is_mirror(pod))
 
 
@@ -146,9 +143,7 @@ def pdb_block(pod: Obj, pdbs_by_ns: dict[str, list[PDB]], now: float) -> str | N
         keys = ", ".join(p.key for p in matching)
         return f"eviction does not support multiple PDBs (PodDisruptionBudget(s)=[{keys}])"
     for p in matching:
-        if p.unhealthy_always and any(c.get("type") == "Ready" and c.get("status") == "False"
-                                      for c in (pod.get("status") or {}).get("conditions") or []
-                                      if isinstance(c, dict)):
+        if p.unhealthy_always and PodView.of(pod).unhealthy:
             return None
         if p.allowed <= 0:
             return f"pdb prevents pod evictions (PodDisruptionBudget=[{p.key}])"
@@ -159,22 +154,22 @@ def pdb_block(pod: Obj, pdbs_by_ns: dict[str, list[PDB]], now: float) -> str | N
 class StateNode:
     """A NodeClaim and its Node (either may be missing), and the pods bound to the Node."""
 
-    nodeclaim: Obj | None
-    node: Obj | None
+    nodeclaim: NodeClaimView | None
+    node: NodeView | None
     pods: list[Obj] = field(default_factory=list)
 
     @property
     def name(self) -> str:
-        return _name(self.node) or _name(self.nodeclaim)
+        return (self.node.name if self.node is not None else "") or self.nodeclaim_name
 
     @property
     def nodeclaim_name(self) -> str:
-        return _name(self.nodeclaim)
+        return self.nodeclaim.name if self.nodeclaim is not None else ""
 
     @property
     def labels(self) -> dict[str, str]:
-        labels = _meta(self.node).get("labels") if self.node is not None else _meta(self.nodeclaim).get("labels")
-        return dict(labels) if isinstance(labels, dict) else {}
+        source = self.node if self.node is not None else self.nodeclaim
+        return dict(source.labels) if source is not None else {}
 
     @property
     def nodepool(self) -> str:
@@ -182,49 +177,47 @@ class StateNode:
 
     def deleting(self, disrupting: set[str]) -> bool:
         """Deleted, tainted karpenter.sh/disrupted, or held by an earlier command (Karpenter's MarkedForDeletion)."""
-        return (bool(_meta(self.nodeclaim).get("deletionTimestamp")) or bool(_meta(self.node).get("deletionTimestamp"))
-                or (self.node is not None and has_disrupted_taint(self.node))
-                or (self.nodeclaim is not None and self.nodeclaim_name in disrupting))
+        return ((self.nodeclaim is not None and (self.nodeclaim.deleting or self.nodeclaim_name in disrupting))
+                or (self.node is not None and (self.node.deleting or self.node.disrupted)))
 
     def initialized(self) -> bool:
         """The NodeClaim Initialized (or, for a bare Node, the karpenter.sh/initialized label)."""
         if self.nodeclaim is not None:
-            return C.is_true(self.nodeclaim.get("status"), "Initialized")
+            return self.nodeclaim.is_true("Initialized")
         return self.labels.get(L.INITIALIZED) == "true"
 
     def ready(self) -> bool:
         """The Node's Ready condition is True."""
-        return self.node is not None and C.is_true(self.node.get("status"), "Ready")
+        return self.node is not None and self.node.ready
 
 
 def state_nodes(snapshot: Snapshot) -> tuple[list[StateNode], list[Obj]]:
     """NodeClaims joined to their Nodes (by providerID, else status.nodeName), bare Nodes, the pods bound to each;
     and the pods bound nowhere (pending)."""
-    nodes_by_pid: dict[str, Obj] = {}
-    nodes_by_name: dict[str, Obj] = {}
-    node: Obj | None
-    for node in snapshot.nodes:
-        if not isinstance(node, dict):
+    nodes_by_pid: dict[str, NodeView] = {}
+    nodes_by_name: dict[str, NodeView] = {}
+    for raw in snapshot.nodes:
+        if not isinstance(raw, dict):
             continue
-        nodes_by_name[_name(node)] = node
-        pid = str((node.get("spec") or {}).get("providerID") or "")
-        if pid:
-            nodes_by_pid[pid] = node
+        view = NodeView.of(raw)
+        nodes_by_name[view.name] = view
+        if view.provider_id:
+            nodes_by_pid[view.provider_id] = view
     out: list[StateNode] = []
     claimed: set[str] = set()
-    for claim in snapshot.nodeclaims:
-        if not isinstance(claim, dict):
+    for raw in snapshot.nodeclaims:
+        if not isinstance(raw, dict):
             continue
-        pid = provider_id(claim)
-        node = nodes_by_pid.get(pid) if pid else None
+        claim = NodeClaimView.of(raw)
+        node = nodes_by_pid.get(claim.provider_id) if claim.provider_id else None
         if node is None:
-            node = nodes_by_name.get(str((claim.get("status") or {}).get("nodeName") or ""))
+            node = nodes_by_name.get(claim.node_name)
         if node is not None:
-            claimed.add(_name(node))
+            claimed.add(node.name)
         out.append(StateNode(claim, node))
-    for name, node in nodes_by_name.items():
+    for name, bare in nodes_by_name.items():
         if name not in claimed:
-            out.append(StateNode(None, node))
+            out.append(StateNode(None, bare))
     by_node = {s.name: s for s in out if s.node is not None}
     pending: list[Obj] = []
     for pod in snapshot.pods:

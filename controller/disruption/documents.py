@@ -21,15 +21,14 @@ from controller.api import labels as L
 from controller.api import validate_document
 from controller.api.documents import Document, short
 from controller.api.kinds import KINDS
+from controller.api.models import ec2nodeclass_from_manifest, nodepool_from_manifest
 from controller.api.schema import apply_defaults
 from controller.api.shapes import shape_errors
 from controller.catalog.snapshot import Catalog, load_catalog
-from controller.catalog.types import InstanceType
 from controller.disruption.types import Blocked, Obj, Snapshot
 from controller.provisioning import inputs
-from controller.provisioning.provisioner import nodeclass_not_ready
 from controller.simulate.run import errors_message
-from controller.simulate.workloads import WORKLOAD_KINDS, classify
+from controller.simulate.workloads import WORKLOAD_KINDS, classify, nodeclass_instance_types, pool_not_ready
 from controller.termination.drain import has_disrupted_taint
 
 # the labels without which a Node cannot be a candidate (Karpenter reads them from the Node)
@@ -171,28 +170,6 @@ def labels_of(obj: Obj) -> dict[str, str]:
     return {str(k): str(v) for k, v in ((obj.get("metadata") or {}).get("labels") or {}).items()}
 
 
-def _instance_types(catalog: Catalog, nodeclass: Obj | None) -> list[InstanceType]:
-    """The catalog as a NodeClass with this AMI family and kubelet configuration sees it (as `karpy simulate`)."""
-    if nodeclass is None:
-        return catalog.instance_types
-    spec = nodeclass.get("spec") or {}
-    from controller.api.models import ami_family
-
-    family = ami_family(spec)
-    return catalog.instance_types_for(ami_family=family if family != "custom" else "al2023",
-                                      kubelet=spec.get("kubelet") or None)
-
-
-def _nodeclass_not_ready(nodeclass: Obj | None, ref: str, given: bool) -> str:
-    """Why a NodePool's NodeClass cannot launch: missing, or a Ready condition that is not True. A NodeClass without
-    status (a manifest from git rather than from the cluster) is taken as ready, as `karpy simulate` does."""
-    if not given:
-        return ""  # no EC2NodeClass in the input at all: pools are assumed ready (noted)
-    if nodeclass is not None and not C.get(nodeclass.get("status") or {}, "Ready"):
-        return ""
-    return nodeclass_not_ready(nodeclass, ref)
-
-
 def parse_now(text: str) -> float:
     """An RFC 3339 time with its offset (`2024-05-01T12:00:00Z`, `...+02:00`) as epoch seconds; ValueError says the
     expected form."""
@@ -253,9 +230,10 @@ def load(documents: list[Document], catalog: str = "aws-us-east-1", now: float |
         pods.extend(bound)
     pods.extend(sim.pending_pods)
     pod_source = {id(p): ref for p, ref in zip(sim.pending_pods, sim.pending_refs, strict=True)}
+    converted = {}  # read once here; the passes reuse them
     for p in pods:
         try:
-            inputs.scheduling_pod(p, sim.volumes, sim.namespaces)
+            converted[inputs.pod_key(p)] = inputs.scheduling_pod(p, sim.volumes, sim.namespaces)
         except inputs.InputError as e:
             where = pod_source.get(id(p))
             raise DisruptionInputError(f"{where}: {e}" if where else str(e)) from None
@@ -275,7 +253,7 @@ def load(documents: list[Document], catalog: str = "aws-us-east-1", now: float |
                      "they select, as the disruption controller would")
     snapshot = Snapshot(now=time.time() if now is None else now, nodeclaims=claims,
                         nodes=[d.raw for d in sim.nodes], pods=pods, pdbs=pdbs, daemonsets=daemonsets,
-                        volumes=sim.volumes, namespace_labels=sim.namespaces)
+                        volumes=sim.volumes, namespace_labels=sim.namespaces, converted=converted)
     out = DisruptionInput(snapshot=snapshot, catalog=cat, notes=notes, nodeclass_given=bool(classes))
     if not classes and pools:
         out.notes.append("no EC2NodeClass given: NodePools are assumed ready, with default kubelet settings")
@@ -325,6 +303,7 @@ def propose(base: DisruptionInput, documents: list[Document]) -> DisruptionInput
     claims = [c for c in snap.nodeclaims]
     out = DisruptionInput(snapshot=Snapshot(now=snap.now, nodeclaims=claims, nodes=snap.nodes, pods=snap.pods,
                                             pdbs=snap.pdbs, daemonsets=snap.daemonsets, volumes=snap.volumes,
+                                            namespace_labels=snap.namespace_labels, converted=snap.converted,
                                             disrupting=set(snap.disrupting)),
                           catalog=base.catalog, notes=[*base.notes, *notes],
                           nodeclass_given=base.nodeclass_given or bool(classes))
@@ -348,14 +327,15 @@ def _assemble(out: DisruptionInput, pools: dict[str, Obj], classes: dict[str, Ob
     from controller.disruption.budgets import budget_errors
 
     budget_notes = []
+    typed_classes = {name: ec2nodeclass_from_manifest(nc, name) for name, nc in classes.items()}
     for name, pool in pools.items():
         budget_notes += [f"NodePool {name}: {e} (the pool disrupts nothing until it is fixed: budgets fail closed)"
                          for e in budget_errors(pool, snap.now)]
         ref = str((((pool.get("spec") or {}).get("template") or {}).get("spec") or {}).get("nodeClassRef", {})
                   .get("name", ""))
-        nodeclass = classes.get(ref)
-        snap.instance_types[name] = _instance_types(out.catalog, nodeclass)
-        why = _nodeclass_not_ready(nodeclass, ref, out.nodeclass_given)
+        typed = nodepool_from_manifest(pool, name)
+        snap.instance_types[name] = nodeclass_instance_types(out.catalog, typed_classes.get(ref))
+        why = pool_not_ready(typed, typed_classes if out.nodeclass_given else None)
         if why:
             snap.nodepool_not_ready[name] = why
     nodes = {name_of(n): n for n in snap.nodes}

@@ -18,6 +18,7 @@ from controller.api import conditions as C
 from controller.api import labels as L
 from controller.api.documents import Document
 from controller.api.nodeclasshash import hash_annotations
+from controller.api.pods import owned_by_daemonset
 from controller.api.quantity import format_quantity
 from controller.disruption import documents
 from controller.disruption.render import DisruptionResult, DriftEntry
@@ -185,15 +186,10 @@ def _remove(world: _World, claims: set[str]) -> list[Obj]:
     for pod in snap.pods:
         if str((pod.get("spec") or {}).get("nodeName") or "") not in nodes:
             kept.append(pod)
-        elif not _daemon(pod):
+        elif not owned_by_daemonset(pod):
             displaced.append({**pod, "spec": {k: v for k, v in pod["spec"].items() if k != "nodeName"}})
     snap.pods = kept
     return displaced
-
-
-def _daemon(pod: Obj) -> bool:
-    return any(isinstance(r, dict) and r.get("kind") == "DaemonSet"
-               for r in (pod.get("metadata") or {}).get("ownerReferences") or [])
 
 
 def _complete(world: _World, commands: list[Command], expired: set[str], options: Options) -> None:
@@ -261,25 +257,18 @@ def _place(world: _World, pods: list[Obj], options: Options) -> None:
         if on:
             bound.setdefault(on, []).append(pod)
     claim_of = {str((c.get("status") or {}).get("nodeName") or ""): c for c in snap.nodeclaims}
-    existing = []
-    for node in snap.nodes:
-        name = documents.name_of(node)
-        try:
-            held = [inputs.scheduling_pod(p, snap.volumes, snap.namespace_labels) for p in bound.get(name, [])]
-            existing.append(inputs.existing_node(node, held, nodeclaim=claim_of.get(name)))
-        except inputs.InputError:
-            continue  # checked when the input was read; a node the scheduler cannot read takes no pods
-    pools = []
-    for name, pool in world.nodepools.items():
-        try:
-            pools.append(inputs.node_pool(pool, snap.instance_types.get(name, []), {},
-                                          snap.nodepool_not_ready.get(name, "")))
-        except inputs.InputError:
-            continue
-    daemons = [inputs.daemonset_pod(d) for d in snap.daemonsets]
-    sched = [inputs.scheduling_pod(p, snap.volumes, snap.namespace_labels) for p in pods]
+    # what the scheduler cannot read was reported when the input was read: it is left out here
+    built = inputs.scheduler_inputs(
+        nodes=[inputs.NodeSource(node=node, nodeclaim=claim_of.get(documents.name_of(node)),
+                                 pods=bound.get(documents.name_of(node), [])) for node in snap.nodes],
+        pods=[(p, "") for p in pods], screen=False,
+        pools=lambda: [inputs.PoolSource(pool, snap.instance_types.get(name, []), {}, snap.nodepool_not_ready.get(
+            name, "")) for name, pool in world.nodepools.items()],
+        daemonsets=[(d, "") for d in snap.daemonsets], live_daemonset_pod=inputs.live_daemonset_pods(snap.pods),
+        volumes=snap.volumes, namespace_labels=snap.namespace_labels, ignore_dra_requests=options.ignore_dra_requests)
     by_key = {f"{(p.get('metadata') or {}).get('namespace') or 'default'}/{documents.name_of(p)}": p for p in pods}
-    result = solve(pools, existing, daemons, sched, options.preference_policy, options.min_values_policy)
+    result = solve(built.pools, built.existing, built.daemonsets, built.pods, options.preference_policy,
+                   options.min_values_policy)
     placed: dict[str, str] = {}
     for node_name, node_pods in result.existing.items():
         for sp in node_pods:

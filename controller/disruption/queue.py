@@ -42,7 +42,7 @@ from controller.kube.workqueue import Result
 from controller.provisioning.nodeclaimtemplate import nodeclaim_manifest
 from controller.provisioning.provisioner import min_values_relaxed
 from controller.state.cluster import Cluster, is_true
-from controller.termination.drain import DISRUPTED_TAINT, has_disrupted_taint
+from controller.termination.drain import DISRUPTED_TAINT
 from controller.termination.instance import DISRUPTION_REASON, write_conditions
 
 log = logging.getLogger("karpy.disruption")
@@ -242,7 +242,7 @@ class Queue:
         for name in run.replacements:
             if name in run.initialized:
                 continue
-            claim = self.cluster.nodeclaim(name)
+            claim: dict[str, Any] | None = self.cluster.nodeclaim(name)
             if claim is None:
                 try:
                     claim = self.client.get(R.NODECLAIMS, name)
@@ -334,33 +334,30 @@ class Queue:
         with self._lock:
             ids = set(self._running)
         for node in self.cluster.nodes():
-            if not has_disrupted_taint(node) or node["metadata"].get("deletionTimestamp"):
+            if not node.disrupted or node.deleting:
                 continue
             claim = self.cluster.nodeclaim_for_node(node)
-            if claim is None or claim["metadata"].get("deletionTimestamp") or claim["metadata"]["name"] in held:
-                continue
-            if not (claim["metadata"].get("labels") or {}).get(L.NODEPOOL):
+            if claim is None or claim.deleting or claim.name in held or not claim.nodepool:
                 continue
             try:
-                self._untaint(node["metadata"]["name"])
+                self._untaint(node.name)
             except KubeError as e:
-                log.error("removing taint from node failed", extra={"Node": {"name": node["metadata"]["name"]},
+                log.error("removing taint from node failed", extra={"Node": {"name": node.name},
                                                                     "error": str(e)[:200]})
         for claim in self.cluster.nodeclaims():
-            if C.get(claim.get("status"), DISRUPTION_REASON) is not None and claim["metadata"]["name"] not in held \
-                    and not claim["metadata"].get("deletionTimestamp"):
+            if C.get(claim.get("status"), DISRUPTION_REASON) is not None and claim.name not in held \
+                    and not claim.deleting:
                 try:
-                    self._disruption_reason(claim["metadata"]["name"], None)
+                    self._disruption_reason(claim.name, None)
                 except KubeError as e:
                     log.error("removing condition from nodeclaim failed", extra={
-                        "NodeClaim": {"name": claim["metadata"]["name"]}, "condition": DISRUPTION_REASON,
-                        "error": str(e)[:200]})
+                        "NodeClaim": {"name": claim.name}, "condition": DISRUPTION_REASON, "error": str(e)[:200]})
         for claim in self.cluster.nodeclaims():
-            ann = claim["metadata"].get("annotations") or {}
+            ann = claim.annotations
             cmd_id = ann.get(REPLACEMENT_OF)
-            if not cmd_id or cmd_id in ids or claim["metadata"].get("deletionTimestamp"):
+            if not cmd_id or cmd_id in ids or claim.deleting:
                 continue
-            name = claim["metadata"]["name"]
+            name = claim.name
             replaced = [n for n in str(ann.get(REPLACES, "")).split(",") if n]
             reached_deletion = any(self._gone_or_deleting(n) for n in replaced)
             try:
@@ -377,13 +374,13 @@ class Queue:
 
     def _gone_or_deleting(self, name: str) -> bool:
         claim = self.cluster.nodeclaim(name)
-        return claim is None or bool(claim["metadata"].get("deletionTimestamp"))
+        return claim is None or claim.deleting
 
     # ---- API writes --------------------------------------------------------------------------------------------
     def _taint(self, node_name: str) -> None:
         """Add karpenter.sh/disrupted:NoSchedule (a strategic merge keyed by the taint's key)."""
         node = self.cluster.node(node_name)
-        if node is not None and has_disrupted_taint(node):
+        if node is not None and node.disrupted:
             return
         self.client.patch(R.NODES, node_name, {"spec": {"taints": [dict(DISRUPTED_TAINT)]}}, patch_type="strategic")
 
@@ -436,7 +433,7 @@ class Queue:
     def _unmark(self, name: str) -> None:
         """Drop the replacement marks from a NodeClaim."""
         claim = self.cluster.nodeclaim(name)
-        ann = ((claim or {}).get("metadata") or {}).get("annotations") or {}
+        ann = claim.annotations if claim is not None else {}
         if claim is not None and REPLACEMENT_OF not in ann and REPLACES not in ann:
             return
         with contextlib.suppress(NotFoundError):

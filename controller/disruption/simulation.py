@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from controller.api.quantity import QuantityError, resources_from_dict
-from controller.disruption.candidates import CandidateSet, StateNode, is_reschedulable
+from controller.disruption.candidates import CandidateSet, is_reschedulable
 from controller.disruption.types import Candidate, Obj, Options, Snapshot
 from controller.provisioning import inputs
 from controller.scheduling.pod import Pod
@@ -100,71 +100,52 @@ def _allocatable(claim: Obj, types: dict[str, dict[str, int]]) -> dict[str, int]
 
 
 def build(snapshot: Snapshot, cands: CandidateSet, options: Options) -> Simulation:
-    """The pass's scheduler inputs from the snapshot (errors kept, never raised: a pool, node or pod that cannot be
-    read is left out and named in `errors` / `pod_errors`)."""
-    sim = Simulation(options=options)
-    for raw in snapshot.pods:
-        if not isinstance(raw, dict):
-            continue
-        try:
-            sim.pods[_pod_key(raw)] = inputs.scheduling_pod(raw, snapshot.volumes, snapshot.namespace_labels)
-        except inputs.InputError as e:
-            sim.pod_errors[_pod_key(raw)] = str(e)[:300]
-    usage = inputs.nodepool_usage([s.node for s in cands.all_nodes if s.node is not None])
-    for name, np_ in cands.nodepools.items():
-        if ((np_.get("spec") or {}).get("replicas")) is not None:
-            continue  # static NodePools are sized by replicas, never by pods
-        try:
-            sim.pools.append(inputs.node_pool(np_, snapshot.instance_types.get(name, []), usage.get(name, {}),
-                                              snapshot.nodepool_not_ready.get(name, "")))
-        except inputs.InputError as e:
-            sim.errors.append(str(e)[:300])
-    # the DaemonSet overhead as the provisioner sizes it: each DaemonSet's newest live pod, else its template
-    by_owner: dict[str, list[Obj]] = {}
-    for raw in snapshot.pods:
-        for ref in (raw.get("metadata") or {}).get("ownerReferences") or []:
-            if isinstance(ref, dict) and ref.get("kind") == "DaemonSet" and ref.get("controller") and ref.get("uid"):
-                by_owner.setdefault(str(ref["uid"]), []).append(raw)
-    sim.daemonsets, unreadable = inputs.daemonset_pods(
-        snapshot.daemonsets,
-        lambda ds: inputs.newest_daemonset_pod(by_owner.get(str((ds.get("metadata") or {}).get("uid") or ""), [])),
-        options.ignore_dra_requests)
-    sim.errors.extend(unreadable)
+    """The pass's scheduler inputs from the snapshot, through the provisioner's translation (inputs.scheduler_inputs):
+    errors kept, never raised (a pool, node or pod that cannot be read is left out and named in `errors` /
+    `pod_errors`). Nodes going away are not capacity: their reschedulable pods are always rescheduled, with the
+    cluster's provisionable pending pods."""
     alloc_by_type: dict[str, dict[str, int]] = {}
     for types in snapshot.instance_types.values():
         for it in types:
             alloc_by_type.setdefault(it.name, it.allocatable)
+    nodes: list[inputs.NodeSource] = []
+    always: list[Obj] = []
     for s in cands.all_nodes:
-        _add_node(sim, snapshot, s, alloc_by_type)
-    for raw in cands.pending:
-        if is_provisionable(raw) and _pod_key(raw) in sim.pods:
-            sim.always.append(sim.pods[_pod_key(raw)])
-    sim.always_keys = {p.key for p in sim.always}
+        if s.deleting(snapshot.disrupting):
+            always += [raw for raw in s.pods if is_reschedulable(raw)]
+        elif s.node is None and s.nodeclaim is not None:
+            nodes.append(inputs.NodeSource(node=None, nodeclaim=s.nodeclaim,
+                                           allocatable=_allocatable(s.nodeclaim, alloc_by_type),
+                                           uninitialized=f"nodeclaim/{s.nodeclaim_name}"))
+        elif s.node is not None:
+            waiting = s.nodeclaim is not None and not s.initialized()
+            nodes.append(inputs.NodeSource(node=s.node, nodeclaim=s.nodeclaim, pods=list(s.pods),
+                                           uninitialized=f"nodeclaim/{s.nodeclaim_name}, node/{s.name}"
+                                           if waiting else ""))
+    always += [raw for raw in cands.pending if is_provisionable(raw)]
+    usage = inputs.nodepool_usage([s.node for s in cands.all_nodes if s.node is not None],
+                                  [s.nodeclaim for s in cands.all_nodes if s.nodeclaim is not None])
+
+    def pools() -> list[inputs.PoolSource]:
+        # static NodePools are sized by replicas, never by pods
+        return [inputs.PoolSource(np_, snapshot.instance_types.get(name, []), usage.get(name, {}),
+                                  snapshot.nodepool_not_ready.get(name, ""))
+                for name, np_ in cands.nodepools.items() if ((np_.get("spec") or {}).get("replicas")) is None]
+
+    built = inputs.scheduler_inputs(
+        nodes=nodes, pods=[(raw, "") for raw in always], pools=pools,
+        daemonsets=[(ds, "") for ds in snapshot.daemonsets],
+        live_daemonset_pod=inputs.live_daemonset_pods(snapshot.pods), volumes=snapshot.volumes,
+        namespace_labels=snapshot.namespace_labels, ignore_dra_requests=options.ignore_dra_requests, screen=False,
+        known=snapshot.converted)
+    sim = Simulation(options=options, pools=built.pools, existing=built.existing, daemonsets=built.daemonsets,
+                     pods=built.converted, uninitialized=built.uninitialized)
+    sim.pod_errors = {k: v[:300] for k, v in built.pod_issues().items()}
+    sim.errors = [str(i)[:300] for i in built.issues if i.kind != "Pod"]
+    seen: set[str] = set()
+    for pod in built.pods:  # a pod listed twice (pending and on a deleting node) is rescheduled once
+        if pod.key not in seen:
+            seen.add(pod.key)
+            sim.always.append(pod)
+    sim.always_keys = seen
     return sim
-
-
-def _add_node(sim: Simulation, snapshot: Snapshot, s: StateNode, alloc_by_type: dict[str, dict[str, int]]) -> None:
-    """A node that keeps its pods (existing capacity), or one going away whose pods are rescheduled."""
-    if s.deleting(snapshot.disrupting):
-        for raw in s.pods:
-            pod = sim.pod(raw)
-            if pod is not None and is_reschedulable(raw):
-                sim.always.append(pod)
-        return
-    if s.node is None:
-        if s.nodeclaim is None:
-            return
-        try:
-            sim.existing.append(inputs.in_flight_node(s.nodeclaim, _allocatable(s.nodeclaim, alloc_by_type), []))
-            sim.uninitialized[sim.existing[-1].name] = f"nodeclaim/{s.nodeclaim_name}"
-        except inputs.InputError as e:
-            sim.errors.append(str(e)[:300])
-        return
-    bound = [p for p in (sim.pod(raw) for raw in s.pods
-                         if (raw.get("status") or {}).get("phase") not in ("Succeeded", "Failed")) if p is not None]
-    try:
-        sim.existing.append(inputs.existing_node(s.node, bound, nodeclaim=s.nodeclaim))
-        if s.nodeclaim is not None and not s.initialized():
-            sim.uninitialized[sim.existing[-1].name] = f"nodeclaim/{s.nodeclaim_name}, node/{s.name}"
-    except inputs.InputError as e:
-        sim.errors.append(str(e)[:300])

@@ -27,18 +27,18 @@ def build_snapshot(cluster: Cluster, provisioner: Provisioner, held: set[str],
                    now: Callable[[], float] = time.time) -> Snapshot:
     """One Snapshot of the cluster: every object the core reads, instance types per NodePool from the cloud provider
     (through the provisioner, which names the pools that cannot launch and why), and what is already disrupting."""
-    pools, _ = provisioner.node_pools()
+    pools = provisioner.pool_sources()  # the pass's simulation translates them (once) with the rest
     return Snapshot(
         now=now(),
         nodepools=cluster.nodepools(),
         nodeclasses={str(nc["metadata"]["name"]): nc for nc in cluster.nodeclasses()},
-        nodeclaims=cluster.nodeclaims(),
-        nodes=cluster.nodes(),
-        pods=cluster.pods(),
+        nodeclaims=[*cluster.nodeclaims()],
+        nodes=[*cluster.nodes()],
+        pods=[*cluster.pods()],
         pdbs=cluster.pdbs(),
         daemonsets=cluster.daemonsets(),
-        instance_types={p.name: p.instance_types for p in pools},
-        nodepool_not_ready={p.name: p.not_ready_reason for p in pools if p.not_ready_reason},
+        instance_types={str(p.manifest["metadata"]["name"]): p.instance_types for p in pools},
+        nodepool_not_ready={str(p.manifest["metadata"]["name"]): p.not_ready for p in pools if p.not_ready},
         disrupting=disrupting(cluster, held),
         volumes=cluster.volume_topology(),
         namespace_labels=cluster.namespace_labels(),

@@ -15,6 +15,7 @@ from typing import Any
 from controller.catalog.types import InstanceType
 from controller.provisioning.inputs import VolumeTopology
 from controller.scheduling.nodeclaim import PlannedNodeClaim
+from controller.scheduling.pod import Pod
 
 Obj = dict[str, Any]
 
@@ -78,6 +79,8 @@ class Snapshot:
     namespace_labels: dict[str, dict[str, str]] | None = None  # by Namespace name: resolves namespaceSelectors
     drifted: dict[str, str] = field(default_factory=dict)
     disrupting: set[str] = field(default_factory=set)
+    # pods its builder already read into the scheduler's form (by namespace/name), so a pass converts them no more
+    converted: dict[str, Pod] = field(default_factory=dict)
 
 
 @dataclass

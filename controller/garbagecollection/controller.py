@@ -19,7 +19,6 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
 
 from controller import metrics as M
 from controller.api import conditions as C
@@ -30,6 +29,7 @@ from controller.kube import resources as R
 from controller.kube.client import KubeClient
 from controller.kube.errors import ConflictError, NotFoundError
 from controller.state.cluster import Cluster
+from controller.state.views import NodeView
 
 log = logging.getLogger("karpy.garbagecollection")
 
@@ -94,7 +94,7 @@ class GarbageCollector:
         for pid in [p for p in self._first_seen if p not in seen]:
             del self._first_seen[pid]
         claims = self.cluster.nodeclaims()
-        claimed = {str((c.get("status") or {}).get("providerID") or "") for c in claims}
+        claimed = {c.provider_id for c in claims}
         for m in machines:
             launched = m.launch_time if m.launch_time is not None else self._first_seen.setdefault(m.provider_id, now)
             if m.provider_id in claimed or now - launched <= self.grace_seconds:
@@ -129,28 +129,26 @@ class GarbageCollector:
     def _collect_nodeclaims(self, live: set[str]) -> None:
         now = self.clock()
         for claim in self.cluster.nodeclaims():
-            meta = claim.get("metadata") or {}
-            status = claim.get("status") or {}
-            pid = str(status.get("providerID") or "")
-            if not pid or pid in live or meta.get("deletionTimestamp"):
+            pid = claim.provider_id
+            if not pid or pid in live or claim.deleting:
                 continue
-            launched = C.get(status, "Launched")
+            launched = claim.condition("Launched")
             if launched is None or launched.get("status") != "True":
                 continue
             since = C.parse_time(launched.get("lastTransitionTime"))
             if since is not None and now - since <= self.grace_seconds:
                 continue  # the cloud's list may not show a just-launched instance yet
             node = self.cluster.node_for_provider_id(pid)
-            if node is not None and C.node_ready(node):
+            if node is not None and node.ready:
                 continue  # the kubelet is still running: wait until the Node says otherwise
             try:
                 self.cloud.get(pid)
                 continue  # the list missed it, the instance is there
             except NodeClaimNotFoundError:
                 pass
-            name = meta["name"]
+            name = claim.name
             try:
-                self.client.delete(R.NODECLAIMS, name, uid=meta.get("uid"))
+                self.client.delete(R.NODECLAIMS, name, uid=claim.uid or None)
             except NotFoundError:
                 continue
             except ConflictError:  # a different NodeClaim of that name now: not ours to delete
@@ -159,13 +157,13 @@ class GarbageCollector:
             M.nodeclaim_disrupted(claim, "garbage_collected")
             log.info("garbage collecting nodeclaim with no cloudprovider representation", extra={
                 "controller": "nodeclaim.garbagecollection", "NodeClaim": {"name": name},
-                "Node": {"name": status.get("nodeName", "")}, "provider-id": pid})
+                "Node": {"name": claim.node_name}, "provider-id": pid})
             if node is not None:
                 self._delete_node(node)
 
-    def _delete_node(self, node: dict[str, Any]) -> None:
+    def _delete_node(self, node: NodeView) -> None:
         """Delete a Node whose instance is gone and drop its termination finalizer: there is nothing to drain."""
-        name = node["metadata"]["name"]
+        name = node.name
         try:
             self.client.delete(R.NODES, name)
         except NotFoundError:

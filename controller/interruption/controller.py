@@ -44,6 +44,7 @@ from controller.kube.client import KubeClient
 from controller.kube.errors import ConflictError, NotFoundError
 from controller.kube.events import Recorder
 from controller.state.cluster import Cluster
+from controller.state.views import NodeClaimView
 
 log = logging.getLogger("karpy.interruption")
 
@@ -142,10 +143,9 @@ class InterruptionController:
                 stop.wait(self.error_pause)
 
     # ---- events ------------------------------------------------------------------------------------------------
-    def nodeclaims_for_instance(self, instance_id: str) -> list[dict[str, Any]]:
+    def nodeclaims_for_instance(self, instance_id: str) -> list[NodeClaimView]:
         """NodeClaims whose status.providerID names the instance."""
-        return [c for c in self.cluster.nodeclaims()
-                if instance_id_of(str((c.get("status") or {}).get("providerID") or "")) == instance_id]
+        return [c for c in self.cluster.nodeclaims() if instance_id_of(c.provider_id) == instance_id]
 
     def handle(self, event: Event) -> None:
         """Act on one typed event; raises (leaving the message for redelivery) only when an action failed."""
@@ -174,14 +174,14 @@ class InterruptionController:
         if errors:
             raise errors[0]
 
-    def _handle_nodeclaim(self, kind: str, action: Action, claim: dict[str, Any]) -> None:
-        pid = str((claim.get("status") or {}).get("providerID") or "")
+    def _handle_nodeclaim(self, kind: str, action: Action, claim: NodeClaimView) -> None:
+        pid = claim.provider_id
         node = self.cluster.node_for_provider_id(pid)
-        name = claim["metadata"]["name"]
+        name = claim.name
         extra: dict[str, Any] = {"controller": "interruption", "messageKind": kind, "action": action.value,
                                  "NodeClaim": {"name": name}}
         if node is not None:
-            extra["Node"] = {"name": node["metadata"]["name"]}
+            extra["Node"] = {"name": node.name}
         type_, reason, message = NOTIFICATIONS[kind]
         self._publish(claim, node, type_, reason, message, message)
         if kind == SPOT_INTERRUPTED:
@@ -192,10 +192,10 @@ class InterruptionController:
             reservations.mark_unavailable(rid)  # Karpenter's markUnavailableOfferings for reservations
         if kind == REBALANCE_RECOMMENDATION and self.rebalance_drift:
             self._mark_drifted(claim, extra)
-        if action != Action.CORDON_AND_DRAIN or claim["metadata"].get("deletionTimestamp"):
+        if action != Action.CORDON_AND_DRAIN or claim.deleting:
             return
         try:
-            self.client.delete(R.NODECLAIMS, name, uid=claim["metadata"].get("uid"))
+            self.client.delete(R.NODECLAIMS, name, uid=claim.uid or None)
         except (NotFoundError, ConflictError):
             return  # already gone (or replaced by another of that name)
         self.counts[NODECLAIMS_DELETED] += 1
@@ -205,18 +205,18 @@ class InterruptionController:
                       "Interruption triggered termination for the Node")
         M.nodeclaim_disrupted(claim, kind)
 
-    def _mark_drifted(self, claim: dict[str, Any], extra: dict[str, Any]) -> None:
+    def _mark_drifted(self, claim: NodeClaimView, extra: dict[str, Any]) -> None:
         """Drifted/RebalanceRecommendation on the NodeClaim (kept by the disruption conditions controller while the
         gate is on), so the disruption loop replaces it within the Drifted budget."""
-        if claim["metadata"].get("deletionTimestamp"):
+        if claim.deleting:
             return
-        status = copy.deepcopy(claim.get("status") or {})
+        status = copy.deepcopy(dict(claim.status))
         if not C.set_condition(status, "Drifted", True, reason="RebalanceRecommendation",
                                message="RebalanceRecommendation"):
             return
         try:  # with the resourceVersion: the conditions list is replaced whole, a concurrent write must not be lost
-            self.client.patch(R.NODECLAIMS, claim["metadata"]["name"], {
-                "metadata": {"resourceVersion": claim["metadata"].get("resourceVersion")},
+            self.client.patch(R.NODECLAIMS, claim.name, {
+                "metadata": {"resourceVersion": claim.resource_version or None},
                 "status": {"conditions": status["conditions"]}}, subresource="status")
         except NotFoundError:
             return

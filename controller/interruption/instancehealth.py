@@ -29,6 +29,7 @@ from controller.kube.client import KubeClient
 from controller.kube.errors import ConflictError, NotFoundError
 from controller.kube.events import Recorder
 from controller.state.cluster import Cluster
+from controller.state.views import NodeClaimView
 
 log = logging.getLogger("karpy.interruption.instancestatus")
 
@@ -124,7 +125,7 @@ class InstanceStatusController:
                 self.enabled = False
                 return 0
             raise
-        by_instance: dict[str, list[dict[str, Any]]] = {}
+        by_instance: dict[str, list[NodeClaimView]] = {}
         for claim in self.cluster.nodeclaims():
             iid = instance_id_of(str((claim.get("status") or {}).get("providerID") or ""))
             if iid:

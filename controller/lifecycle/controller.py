@@ -19,7 +19,7 @@ from controller.api import conditions as C
 from controller.api import labels as L
 from controller.api.nodeclasshash import hash_annotations
 from controller.api.quantity import QuantityError, resources_from_dict
-from controller.api.taints import Taint, is_known_ephemeral
+from controller.api.taints import UNREGISTERED_TAINT, Taint, is_known_ephemeral
 from controller.cloud.errors import InsufficientCapacityError, NodeClassNotReadyError
 from controller.cloud.provider import CloudProvider, LaunchedNode, LaunchRequest, NodeClass
 from controller.failpoints import failpoint
@@ -30,6 +30,7 @@ from controller.kube.events import Recorder
 from controller.kube.workqueue import Result, WorkQueue
 from controller.provisioning.nodeclaimtemplate import resource_list
 from controller.state.cluster import Cluster, provider_id
+from controller.state.views import NodeClaimView, NodeView
 
 log = logging.getLogger("karpy.nodeclaim.lifecycle")
 
@@ -78,9 +79,9 @@ class LifecycleController:
         # copy is stale and a pass on it would redo the work (a second launch call)
         self._superseded: dict[str, set[str]] = {}
 
-    def _stale(self, claim: dict[str, Any]) -> bool:
-        name = claim["metadata"]["name"]
-        if str(claim["metadata"].get("resourceVersion")) in self._superseded.get(name, ()):
+    def _stale(self, claim: NodeClaimView) -> bool:
+        name = claim.name
+        if claim.resource_version in self._superseded.get(name, ()):
             return True
         self._superseded.pop(name, None)
         return False
@@ -95,12 +96,12 @@ class LifecycleController:
     def reconcile(self, name: str) -> Result:
         """One pass over a NodeClaim."""
         current = self.cluster.nodeclaim(name)
-        if current is None or current["metadata"].get("deletionTimestamp"):
+        if current is None or current.deleting:
             self._superseded.pop(name, None)
             return Result()
         if self._stale(current):
             return Result(requeue_after=0.5)  # our own write is on its way through the watch
-        claim = copy.deepcopy(current)
+        claim: dict[str, Any] = copy.deepcopy(current)  # a plain dict to change
         meta = claim["metadata"]
         if L.TERMINATION_FINALIZER not in (meta.get("finalizers") or []):
             self._wrote(current, self.client.patch(R.NODECLAIMS, name, {"metadata": {
@@ -238,7 +239,7 @@ class LifecycleController:
             if C.set_condition(status, "Registered", None, "NodeNotFound", "Node not registered with cluster"):
                 self._write_status(claim)
             return Result(requeue_after=15.0)
-        node_name = node["metadata"]["name"]
+        node_name = node.name
         if C.is_true(status, "Registered") and status.get("nodeName") == node_name:
             return None
         self._sync_node(claim, node, first=True)
@@ -246,28 +247,27 @@ class LifecycleController:
         C.set_condition(status, "Registered", True, "Registered")
         self._write_status(claim)
         log.info("registered nodeclaim", extra={**_ref(claim), "Node": {"name": node_name},
-                                                "taints": (node.get("spec") or {}).get("taints"),
+                                                "taints": node.taints,
                                                 "provider-id": pid, "controller": "nodeclaim.lifecycle"})
         M.NODES_CREATED.labels(nodepool=claim["metadata"].get("labels", {}).get(L.NODEPOOL, ""),
                                zone=claim["metadata"].get("labels", {}).get(L.ZONE, "")).inc()
         return Result(requeue_after=0.0)
 
-    def _sync_node(self, claim: dict[str, Any], node: dict[str, Any], first: bool) -> None:
+    def _sync_node(self, claim: dict[str, Any], node: NodeView, first: bool) -> None:
         """Owner reference, finalizer, labels, annotations and taints from the NodeClaim; the unregistered taint
         removed."""
-        meta = node["metadata"]
-        labels = dict(meta.get("labels") or {})
+        labels = dict(node.labels)
         labels.update(requirement_labels(claim))
         labels.update(claim["metadata"].get("labels") or {})
         labels[L.REGISTERED] = "true"
-        annotations = {**(meta.get("annotations") or {}), **(claim["metadata"].get("annotations") or {})}
-        finalizers = list(meta.get("finalizers") or [])
+        annotations = {**node.annotations, **(claim["metadata"].get("annotations") or {})}
+        finalizers = node.finalizers
         if L.TERMINATION_FINALIZER not in finalizers:
             finalizers.append(L.TERMINATION_FINALIZER)
-        owners = [o for o in meta.get("ownerReferences") or [] if o.get("kind") != "NodeClaim"]
+        owners: list[Any] = [o for o in node.owner_references if o.get("kind") != "NodeClaim"]
         owners.append({"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "name": claim["metadata"]["name"],
                        "uid": claim["metadata"]["uid"], "blockOwnerDeletion": True})
-        taints = [t for t in (node.get("spec") or {}).get("taints") or [] if t.get("key") != L.UNREGISTERED_TAINT_KEY]
+        taints: list[Any] = [t for t in node.taints if not UNREGISTERED_TAINT.matches(Taint.from_dict(dict(t)))]
         if "karpenter.sh/do-not-sync-taints" not in labels:
             have = {_taint_key(t) for t in taints}
             spec = claim.get("spec") or {}
@@ -276,21 +276,22 @@ class LifecycleController:
                 if _taint_key(t) not in have:
                     taints.append({k: v for k, v in t.items() if k in ("key", "value", "effect")})
                     have.add(_taint_key(t))
-        self.client.patch(R.NODES, meta["name"], {
+        self.client.patch(R.NODES, node.name, {
             "metadata": {"labels": labels, "annotations": annotations, "finalizers": finalizers,
                          "ownerReferences": owners,
-                         "resourceVersion": meta.get("resourceVersion")},
+                         "resourceVersion": node.resource_version or None},
             "spec": {"taints": taints}})
 
-    def _remove_unregistered_taint(self, node: dict[str, Any]) -> None:
+    def _remove_unregistered_taint(self, node: NodeView) -> None:
         """Remove the unregistered taint if it is (still, or again) there. Other writers replace the whole taint list
         (the node lifecycle controller's not-ready taint), so a registration's removal can be lost to a concurrent
         write; a JSON patch naming the entry removes exactly it."""
-        for i, t in enumerate((node.get("spec") or {}).get("taints") or []):
-            if t.get("key") == L.UNREGISTERED_TAINT_KEY:
+        for i, t in enumerate(node.taints):
+            if UNREGISTERED_TAINT.matches(Taint.from_dict(dict(t))):
                 with contextlib.suppress(NotFoundError, InvalidError):  # InvalidError: the list changed meanwhile
-                    self.client.patch(R.NODES, node["metadata"]["name"], [
-                        {"op": "test", "path": f"/spec/taints/{i}/key", "value": L.UNREGISTERED_TAINT_KEY},
+                    self.client.patch(R.NODES, node.name, [
+                        {"op": "test", "path": f"/spec/taints/{i}/key", "value": UNREGISTERED_TAINT.key},
+                        {"op": "test", "path": f"/spec/taints/{i}/effect", "value": UNREGISTERED_TAINT.effect},
                         {"op": "remove", "path": f"/spec/taints/{i}"}], patch_type="json")
                 return
 
@@ -311,24 +312,23 @@ class LifecycleController:
             if C.set_condition(status, "Initialized", None, "NotInitialized", why):
                 self._write_status(claim)
             return Result(requeue_after=30.0)
-        labels = node["metadata"].get("labels") or {}
-        if labels.get(L.INITIALIZED) != "true":
-            self.client.patch(R.NODES, node["metadata"]["name"], {"metadata": {"labels": {L.INITIALIZED: "true"}}})
+        if not node.initialized:
+            self.client.patch(R.NODES, node.name, {"metadata": {"labels": {L.INITIALIZED: "true"}}})
         C.set_condition(status, "Initialized", True, "Initialized")
         C.set_condition(status, "Ready", True, "Ready")
         self._write_status(claim)
-        log.info("initialized nodeclaim", extra={**_ref(claim), "Node": {"name": node["metadata"]["name"]},
-                                                 "taints": (node.get("spec") or {}).get("taints"),
-                                                 "allocatable": (node.get("status") or {}).get("allocatable", {}),
+        log.info("initialized nodeclaim", extra={**_ref(claim), "Node": {"name": node.name}, "taints": node.taints,
+                                                 "allocatable": node.status.get("allocatable", {}),
                                                  "controller": "nodeclaim.lifecycle"})
         return Result()
 
     def _not_initialized(self, claim: dict[str, Any], node: dict[str, Any]) -> str:
         """Why the node is not initialized yet ("" when it is): Ready, startup and ephemeral taints gone, requested
         extended resources registered."""
-        if not C.node_ready(node):
+        view = NodeView.of(node)
+        if not view.ready:
             return "Node not ready"
-        taints = [Taint.from_dict(t) for t in (node.get("spec") or {}).get("taints") or [] if isinstance(t, dict)]
+        taints = [Taint.from_dict(dict(t)) for t in view.taints]
         for startup in (claim.get("spec") or {}).get("startupTaints") or []:
             if any(Taint.from_dict(startup).matches(t) for t in taints):
                 return f"StartupTaint \"{startup.get('key')}:{startup.get('effect')}\" still exists"
@@ -337,7 +337,7 @@ class LifecycleController:
                 return f"KnownEphemeralTaint \"{t.key}:{t.effect}\" still exists"
         try:
             requested = resources_from_dict(((claim.get("spec") or {}).get("resources") or {}).get("requests"))
-            allocatable = resources_from_dict((node.get("status") or {}).get("allocatable"))
+            allocatable = view.allocatable
         except QuantityError:
             return ""
         for resource, amount in requested.items():

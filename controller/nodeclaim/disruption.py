@@ -191,11 +191,6 @@ def reconcile_nodepool_hash(cluster: Cluster, client: KubeClient, name: str) -> 
     return Result()
 
 
-def _nodeclass_of(cluster: Cluster, nodeclaim: Obj) -> Obj | None:
-    ref = ((nodeclaim.get("spec") or {}).get("nodeClassRef") or {}).get("name")
-    return cluster.nodeclass(str(ref)) if ref else None
-
-
 class NodeClaimDisruptionController:
     """Keeps each NodeClaim's Consolidatable and Drifted conditions current (one status patch per pass), and
     re-stamps hashes written under another hash version (one metadata patch)."""
@@ -212,13 +207,12 @@ class NodeClaimDisruptionController:
     def reconcile(self, name: str) -> Result:
         """One pass over a NodeClaim."""
         current = self.cluster.nodeclaim(name)
-        if current is None or current["metadata"].get("deletionTimestamp"):
+        if current is None or current.deleting:
             return Result()
-        pool_name = _meta(current, "labels").get(L.NODEPOOL)
-        nodepool = self.cluster.nodepool(pool_name) if pool_name else None
+        nodepool = self.cluster.nodepool(current.nodepool) if current.nodepool else None
         if nodepool is None:
             return Result()
-        nodeclass = _nodeclass_of(self.cluster, current)
+        nodeclass = self.cluster.nodeclass(current.nodeclass_name) if current.nodeclass_name else None
         stamp = restamp(current, nodepool, nodeclass)
         if stamp:
             try:
@@ -228,7 +222,7 @@ class NodeClaimDisruptionController:
             log.info("re-stamped nodeclaim hash annotations written under another hash version",
                      extra={"controller": "nodeclaim.disruption", "NodeClaim": {"name": name}, "annotations": stamp})
             return Result(requeue_after=1.0)  # evaluated on the re-stamped copy the watch brings
-        claim = copy.deepcopy(current)
+        claim: Obj = copy.deepcopy(current)  # a plain dict to change
         status = claim.setdefault("status", {})
         now = self.clock()
         requeue = RECHECK
@@ -253,12 +247,12 @@ class NodeClaimDisruptionController:
             C.set_condition(status, DRIFTED, True, reason=why, message=why, now=now)
         else:
             self._clear(status, DRIFTED)
-        if status.get("conditions") != (current.get("status") or {}).get("conditions"):
+        if status.get("conditions") != current.status.get("conditions"):
             # the list is replaced whole by a merge patch: the resourceVersion makes a concurrent write (another
             # controller's condition) a conflict to retry rather than a condition lost
             try:
                 self.client.patch(R.NODECLAIMS, name, {
-                    "metadata": {"resourceVersion": current["metadata"].get("resourceVersion")},
+                    "metadata": {"resourceVersion": current.resource_version or None},
                     "status": {"conditions": status["conditions"]}}, subresource="status")
             except NotFoundError:
                 return Result()

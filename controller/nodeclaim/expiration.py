@@ -6,18 +6,20 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from controller import metrics as M
 from controller.api import conditions as C
 from controller.api import labels as L
+from controller.api.pods import owned_by_daemonset
 from controller.kube import resources as R
 from controller.kube.client import KubeClient
 from controller.kube.errors import ConflictError, NotFoundError
 from controller.kube.workqueue import Result
 from controller.nodeclaim.disruption import DisruptionRuleError, parse_go_duration
 from controller.state.cluster import Cluster
+from controller.state.views import PodView
 
 log = logging.getLogger("karpy.nodeclaim.expiration")
 
@@ -49,16 +51,12 @@ def termination_mode(nodeclaim: Obj) -> str:
     return "forceful" if seconds is not None and seconds <= 0 else "eventual"
 
 
-def reschedulable_pods(pods: list[Obj]) -> int:
+def reschedulable_pods(pods: Sequence[Mapping[str, Any]]) -> int:
     """Pods that would move: not DaemonSet-owned, not mirror pods, not terminal."""
     n = 0
-    for p in pods:
-        meta = p.get("metadata") or {}
-        if any(o.get("kind") == "DaemonSet" for o in meta.get("ownerReferences") or [] if isinstance(o, dict)):
-            continue
-        if "kubernetes.io/config.mirror" in (meta.get("annotations") or {}):
-            continue
-        if (p.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+    for raw in pods:
+        pod = PodView.of(raw)
+        if owned_by_daemonset(pod) or pod.mirror or pod.terminal:
             continue
         n += 1
     return n
@@ -77,7 +75,7 @@ class ExpirationController:
     def reconcile(self, name: str) -> Result:
         """One pass over a NodeClaim."""
         claim = self.cluster.nodeclaim(name)
-        if claim is None or claim["metadata"].get("deletionTimestamp"):
+        if claim is None or claim.deleting:
             return Result()
         try:
             at = expires_at(claim)
@@ -90,21 +88,21 @@ class ExpirationController:
         now = self.clock()
         if now < at:
             return Result(requeue_after=at - now)
-        uid = str(claim["metadata"].get("uid") or name)
+        uid = claim.uid or name
         if uid in self._deleted:
             return Result()
         try:
-            self.client.delete(R.NODECLAIMS, name, uid=claim["metadata"].get("uid"))
+            self.client.delete(R.NODECLAIMS, name, uid=claim.uid or None)
         except (NotFoundError, ConflictError):
             return Result()
         self._deleted = {u: t for u, t in self._deleted.items() if now - t < 600}
         self._deleted[uid] = now
-        node_name = str((claim.get("status") or {}).get("nodeName") or "")
+        node_name = claim.node_name
         extra: dict[str, Any] = {"controller": "nodeclaim.expiration", "NodeClaim": {"name": name}}
         if node_name:
             extra["Node"] = {"name": node_name}
         log.info("deleting expired nodeclaim", extra=extra)
-        labels = dict((claim.get("metadata") or {}).get("labels") or {})
+        labels = claim.labels
         values = {"reason": "expired", "nodepool": labels.get(L.NODEPOOL, ""),
                   "capacity_type": labels.get(L.CAPACITY_TYPE, ""), "consolidation_policy": "",
                   "termination_mode": termination_mode(claim)}

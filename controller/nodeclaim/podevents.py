@@ -10,10 +10,12 @@ from collections.abc import Callable
 from typing import Any
 
 from controller.api import conditions as C
+from controller.api.pods import owned_by_daemonset
 from controller.kube import resources as R
 from controller.kube.client import KubeClient
 from controller.kube.errors import NotFoundError
 from controller.state.cluster import Cluster
+from controller.state.views import PodView
 
 log = logging.getLogger("karpy.nodeclaim.podevents")
 
@@ -21,37 +23,20 @@ Obj = dict[str, Any]
 DEDUPE_SECONDS = 10.0
 
 
-def _node_name(pod: Obj | None) -> str:
-    return str(((pod or {}).get("spec") or {}).get("nodeName") or "")
-
-
-def _terminal(pod: Obj | None) -> bool:
-    return ((pod or {}).get("status") or {}).get("phase") in ("Succeeded", "Failed")
-
-
-def _terminating(pod: Obj | None) -> bool:
-    return bool(((pod or {}).get("metadata") or {}).get("deletionTimestamp"))
-
-
-def _daemonset(pod: Obj) -> bool:
-    return any(isinstance(o, dict) and o.get("kind") == "DaemonSet"
-               for o in (pod.get("metadata") or {}).get("ownerReferences") or [])
-
-
 def pod_event_node(event: str, old: Obj | None, new: Obj | None) -> str:
     """The node whose NodeClaim this pod event touches ("" when none): a pod created bound or deleted from a node,
     newly bound, newly terminal or newly terminating on one. DaemonSet pods do not count."""
-    pod = new if new is not None else old
-    if pod is None or _daemonset(pod):
+    raw = new if new is not None else old
+    if raw is None or owned_by_daemonset(raw):
         return ""
-    node = _node_name(pod)
-    if not node:
+    pod = PodView.of(raw)
+    if not pod.node_name:
         return ""
-    if event in ("ADDED", "DELETED") or old is None:
-        return node
-    if not _node_name(old) or (not _terminal(old) and _terminal(new)) or \
-            (not _terminating(old) and _terminating(new)):
-        return node
+    if event in ("ADDED", "DELETED") or old is None or new is None:
+        return pod.node_name
+    before, after = PodView.of(old), PodView.of(new)
+    if not before.node_name or (not before.terminal and after.terminal) or (not before.deleting and after.deleting):
+        return pod.node_name
     return ""
 
 
@@ -80,11 +65,11 @@ class PodEventsController:
         write was made."""
         node = self.cluster.node(node_name)
         claim = self.cluster.nodeclaim_for_node(node) if node is not None else None
-        if claim is None or claim["metadata"].get("deletionTimestamp"):
+        if claim is None or claim.deleting:
             return False
         now = self.clock()
-        name = claim["metadata"]["name"]
-        seen = C.parse_time((claim.get("status") or {}).get("lastPodEventTime"))
+        name = claim.name
+        seen = C.parse_time(claim.status.get("lastPodEventTime"))
         last = max(seen or 0.0, self._written.get(name, 0.0))
         if last and now - last < DEDUPE_SECONDS:
             return False

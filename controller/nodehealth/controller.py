@@ -21,6 +21,7 @@ from controller.kube.errors import NotFoundError
 from controller.kube.events import Recorder
 from controller.kube.workqueue import Result
 from controller.state.cluster import Cluster
+from controller.state.views import NodeClaimView, NodeView
 
 log = logging.getLogger("karpy.node.health")
 
@@ -72,7 +73,7 @@ class NodeHealthController:
         if node is None:
             return Result()
         claim = self.cluster.nodeclaim_for_node(node)
-        if claim is None or claim["metadata"].get("deletionTimestamp"):
+        if claim is None or claim.deleting:
             return Result()
         found = unhealthy_condition(node, self.policies)
         if found is None:
@@ -81,9 +82,9 @@ class NodeHealthController:
         now = self.clock()
         if now < ends:
             return Result(requeue_after=ends - now)
-        pool = (claim["metadata"].get("labels") or {}).get(L.NODEPOOL)
+        pool = claim.nodepool
         if pool:
-            peers = [n for n in self.cluster.nodes() if (n["metadata"].get("labels") or {}).get(L.NODEPOOL) == pool]
+            peers = [n for n in self.cluster.nodes() if n.nodepool == pool]
             if not healthy_enough(peers, self.policies):
                 message = f"more than {ALLOWED_UNHEALTHY_PERCENT}% nodes are unhealthy in the nodepool"
                 for obj in (node, claim, self.cluster.nodepool(pool)):
@@ -98,18 +99,17 @@ class NodeHealthController:
         self._repair(claim, node, cond, now)
         return Result()
 
-    def _repair(self, claim: Obj, node: Obj, cond: Obj, now: float) -> None:
+    def _repair(self, claim: NodeClaimView, node: NodeView, cond: Obj, now: float) -> None:
         """Forceful deletion: the termination timestamp set to now (unless one already passed), then delete."""
-        meta = claim["metadata"]
-        stamped = C.parse_time((meta.get("annotations") or {}).get(L.NODECLAIM_TERMINATION_TIMESTAMP))
+        stamped = C.parse_time(claim.annotations.get(L.NODECLAIM_TERMINATION_TIMESTAMP))
         try:
             if stamped is None or stamped > now:
-                self.client.patch(R.NODECLAIMS, meta["name"], {"metadata": {
+                self.client.patch(R.NODECLAIMS, claim.name, {"metadata": {
                     "annotations": {L.NODECLAIM_TERMINATION_TIMESTAMP: C.format_time(now)}}})
-            self.client.delete(R.NODECLAIMS, meta["name"], uid=meta.get("uid"))
+            self.client.delete(R.NODECLAIMS, claim.name, uid=claim.uid or None)
         except NotFoundError:
             return
-        log.info("deleting unhealthy node", extra={"controller": "node.health", "NodeClaim": {"name": meta["name"]},
-                                                  "Node": {"name": node["metadata"]["name"]},
+        log.info("deleting unhealthy node", extra={"controller": "node.health", "NodeClaim": {"name": claim.name},
+                                                  "Node": {"name": node.name},
                                                   "condition": cond.get("type")})
         M.nodeclaim_disrupted(claim, "unhealthy")

@@ -1,6 +1,6 @@
 """NodePool status, as Karpenter's nodepool counter and readiness controllers keep it: status.resources and
-status.nodes from its NodeClaims, conditions NodeClassReady, ValidationSucceeded and Ready, and the usage and limit
-gauges."""
+status.nodes from its nodes by the cluster state's usage rule (controller.state.usage), conditions NodeClassReady,
+ValidationSucceeded and Ready, and the usage and limit gauges."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from controller.kube.workqueue import Result
 from controller.provisioning.nodeclaimtemplate import resource_list
 from controller.provisioning.provisioner import nodeclass_not_ready
 from controller.state.cluster import Cluster
+from controller.state.usage import NODES
 
 log = logging.getLogger("karpy.nodepool.status")
 
@@ -47,17 +48,9 @@ class NodePoolStatusController:
             series[pool] = set(values)
 
     def usage(self, name: str) -> tuple[dict[str, int], int]:
-        """Capacity of the pool's launched NodeClaims, and how many NodeClaims it has."""
-        total: dict[str, int] = {}
-        claims = self.cluster.nodeclaims_for_nodepool(name)
-        for claim in claims:
-            try:
-                capacity = resources_from_dict((claim.get("status") or {}).get("capacity"))
-            except QuantityError:
-                continue
-            for k, v in capacity.items():
-                total[k] = total.get(k, 0) + v
-        return total, len(claims)
+        """The capacity the pool's nodes hold and how many it has, by Karpenter's counter (controller.state.usage)."""
+        used = dict(self.cluster.nodepool_usage().get(name, {}))
+        return used, used.pop(NODES, 0)
 
     def reconcile(self, name: str) -> Result:
         """One pass over a NodePool."""

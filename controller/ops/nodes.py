@@ -12,12 +12,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from controller.api import labels as L
+from controller.api.pods import owned_by_daemonset
 from controller.kube import resources as R
 from controller.kube.client import KubeClient
 from controller.kube.errors import KubeError, NotFoundError
 from controller.ops.connect import kube_error
 from controller.ops.errors import OpsError, did_you_mean
+from controller.termination.drain import has_disrupted_taint
 
 POLL_INTERVAL = 2.0
 
@@ -133,7 +134,7 @@ def _evictable(pod: dict[str, Any]) -> bool:
     meta = pod.get("metadata") or {}
     if "kubernetes.io/config.mirror" in (meta.get("annotations") or {}):
         return False
-    return not any(isinstance(r, dict) and r.get("kind") == "DaemonSet" for r in meta.get("ownerReferences") or [])
+    return not owned_by_daemonset(pod)
 
 
 def drain_progress(client: KubeClient, nodeclaim: str) -> DrainProgress:
@@ -151,8 +152,7 @@ def drain_progress(client: KubeClient, nodeclaim: str) -> DrainProgress:
             except NotFoundError:
                 return state
             state.node_present = True
-            state.tainted = any(t.get("key") == L.DISRUPTED_TAINT_KEY for t in (node.get("spec") or {}).get("taints")
-                                or [])
+            state.tainted = has_disrupted_taint(node)
             pods, _ = client.list(R.PODS, field_selector=f"spec.nodeName={node_name}")
             state.pods_left = sum(1 for p in pods if _evictable(p))
         return state

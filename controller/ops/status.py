@@ -1,6 +1,6 @@
 """`karpy status`: NodePools (usage against limits, Ready), NodeClaims (state, age, instance type, zone, capacity type,
 price, node, and their disruption state: Drifted and why, Consolidatable, blocked and why) and the pods waiting for
-capacity with the last reason the scheduler gave, read from the cluster in five list calls."""
+capacity with the last reason the scheduler gave, read from the cluster in six list calls."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from controller.kube.errors import KubeError, NotFoundError
 from controller.ops.connect import kube_error
 from controller.ops.errors import OpsError
 from controller.ops.output import age, dump, machine, table, terminal_width, wrap
+from controller.state.usage import NODES, nodepool_usage
 
 PRICE_SOURCE = "bundled aws-us-east-1 catalog (estimates; `karpy catalog show`)"
 # the order in which a NodeClaim comes up, and what it is doing while the condition is not yet true
@@ -27,6 +28,10 @@ SHOWN_RESOURCES = ("cpu", "memory", "nodes")
 
 def _meta(obj: dict[str, Any]) -> dict[str, Any]:
     return obj.get("metadata") or {}
+
+
+def _name(obj: dict[str, Any]) -> str:
+    return str(_meta(obj).get("name"))
 
 
 def _created(obj: dict[str, Any]) -> float | None:
@@ -71,21 +76,7 @@ def owner_of(pod: dict[str, Any]) -> str:
     return f"Pod/{meta.get('name')}"
 
 
-def _usage(claims: list[dict[str, Any]]) -> dict[str, int]:
-    """What the pool's NodeClaims hold: the sum of their capacity (Karpenter's counter) and how many there are."""
-    total: dict[str, int] = defaultdict(int)
-    for claim in claims:
-        try:
-            capacity = resources_from_dict((claim.get("status") or {}).get("capacity"))
-        except QuantityError:
-            continue
-        for k, v in capacity.items():
-            total[k] += v
-    total["nodes"] = len(claims)
-    return dict(total)
-
-
-def _nodepool(pool: dict[str, Any], claims: list[dict[str, Any]]) -> dict[str, Any]:
+def _nodepool(pool: dict[str, Any], claims: list[dict[str, Any]], used: dict[str, int]) -> dict[str, Any]:
     spec = pool.get("spec") or {}
     status = pool.get("status") or {}
     ready = C.get(status, "Ready")
@@ -93,7 +84,7 @@ def _nodepool(pool: dict[str, Any], claims: list[dict[str, Any]]) -> dict[str, A
         limits = resources_from_dict(spec.get("limits"))
     except QuantityError:
         limits = {}
-    used = _usage(claims)
+    used = {NODES: 0, **used}  # what the pool's nodes hold, as Karpenter's counter sums it
     resources = {}
     for name in sorted(set(used) | set(limits), key=lambda n: (n not in SHOWN_RESOURCES, n)):
         entry: dict[str, Any] = {"used": format_quantity(name, used.get(name, 0))}
@@ -193,6 +184,13 @@ def collect(client: KubeClient, prices: PriceTable, now: float | None = None) ->
     try:
         pools, _ = client.list(R.NODEPOOLS)
         claims, _ = client.list(R.NODECLAIMS)
+        try:
+            nodes, _ = client.list(R.NODES)
+        except KubeError as e:
+            if e.status != 403:
+                raise
+            nodes = []  # the NodeClaims' capacity stands in for their Nodes'
+            notes.append("not allowed to list nodes: NodePool usage is counted from NodeClaims alone")
         pods, _ = client.list(R.PODS, field_selector="status.phase=Pending,spec.nodeName=")
         events_readable = True
         try:
@@ -213,6 +211,7 @@ def collect(client: KubeClient, prices: PriceTable, now: float | None = None) ->
     by_pool: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for claim in claims:
         by_pool[str((_meta(claim).get("labels") or {}).get(L.NODEPOOL, ""))].append(claim)
+    used = nodepool_usage(claims, nodes)
     reasons = _last_failed_scheduling(events)
     blocked = _last_blocked(claim_events)
     pending = []
@@ -225,8 +224,8 @@ def collect(client: KubeClient, prices: PriceTable, now: float | None = None) ->
                         "reason": reasons.get(key) or None})
     return machine("Status", {
         "cluster": client.host,
-        "nodePools": [_nodepool(p, by_pool.get(str(_meta(p).get("name")), []))
-                      for p in sorted(pools, key=lambda p: str(_meta(p).get("name")))],
+        "nodePools": [_nodepool(p, by_pool.get(_name(p), []), used.get(_name(p), {}))
+                      for p in sorted(pools, key=_name)],
         "nodeClaims": [_nodeclaim(c, prices, now, blocked.get(str(_meta(c).get("name"))))
                        for c in sorted(claims, key=lambda c: str(_meta(c).get("name")))],
         "pendingPods": pending,

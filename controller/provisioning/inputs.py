@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from controller.api import labels as L
+from controller.api.pods import owned_by_daemonset
 from controller.api.quantity import QuantityError, to_canonical
 from controller.api.taints import is_known_ephemeral
 from controller.catalog.types import InstanceType
@@ -21,6 +23,7 @@ from controller.scheduling.requirements import Requirement, Requirements
 from controller.scheduling.types import ExistingNode, SchedNodePool, Taint
 from controller.scheduling.volumes import VolumeError, volume_alternatives
 from controller.scheduling.volumes import VolumeTopology as VolumeTopology  # re-exported
+from controller.state import usage
 
 UNSCHEDULABLE_TAINT = Taint("node.kubernetes.io/unschedulable", "", "NoSchedule")
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
@@ -60,6 +63,17 @@ def _resources(raw: Any, where: str) -> dict[str, int]:
         except (QuantityError, TypeError, ValueError) as e:
             raise InputError(f"{where}.{name}: {e}") from None
     return out
+
+
+def _requirements(raw: Any, where: str) -> Requirements:
+    """A NodePool's or NodeClaim's node selector requirements (with minValues) as the scheduler's Requirements."""
+    raw = raw or []
+    if not isinstance(raw, list) or not all(isinstance(r, dict) for r in raw):
+        raise InputError(f"{where}: must be a list of requirements")
+    try:
+        return Requirements.from_node_selector_requirements(raw)
+    except (KeyError, ValueError, TypeError) as e:
+        raise InputError(f"{where}: {e}") from None
 
 
 def taints(items: list[dict[str, Any]] | None) -> list[Taint]:
@@ -134,13 +148,7 @@ def node_pool(manifest: dict[str, Any], instance_types: list[InstanceType], used
     template = _map(spec.get("template"), f"{where}: spec.template")
     tspec = _map(template.get("spec"), f"{where}: spec.template.spec")
     labels = _labels(_map(template.get("metadata"), f"{where}: spec.template.metadata"), f"{where}: spec.template")
-    raw_reqs = tspec.get("requirements") or []
-    if not isinstance(raw_reqs, list) or not all(isinstance(r, dict) for r in raw_reqs):
-        raise InputError(f"{where}: spec.template.spec.requirements: must be a list of requirements")
-    try:
-        reqs = Requirements.from_node_selector_requirements(raw_reqs)
-    except (KeyError, ValueError, TypeError) as e:
-        raise InputError(f"{where}: spec.template.spec.requirements: {e}") from None
+    reqs = _requirements(tspec.get("requirements"), f"{where}: spec.template.spec.requirements")
     reqs = reqs.intersect(Requirements.from_labels(labels))
     reqs.add(Requirement(L.NODEPOOL, False, frozenset([str(name)])))
     limits = _resources(spec.get("limits"), f"{where}: spec.limits") if spec.get("limits") else None
@@ -251,14 +259,27 @@ def newest_daemonset_pod(pods: Iterable[Mapping[str, Any]]) -> dict[str, Any] | 
     return dict(newest) if newest is not None else None
 
 
-def daemonset_pods(daemonsets: Iterable[dict[str, Any]], live: Callable[[dict[str, Any]], dict[str, Any] | None],
-                   ignore_dra_requests: bool = True) -> tuple[list[Pod], list[str]]:
-    """Every DaemonSet's per-node pod (its newest live pod from `live`, else its template), as the provisioner and
-    the disruption simulation both size the overhead; DaemonSets that claim devices are left out while DRA requests
-    are ignored, as Karpenter leaves them out. Returns the pods and the DaemonSets that could not be read."""
+def live_daemonset_pods(pods: Iterable[Mapping[str, Any]]) -> Callable[[dict[str, Any]], dict[str, Any] | None]:
+    """For objects read from documents or a snapshot: a lookup of each DaemonSet's newest live pod among `pods`
+    (those it controls, by the DaemonSet's uid)."""
+    by_owner: dict[str, list[Mapping[str, Any]]] = {}
+    for raw in pods:
+        if not owned_by_daemonset(raw):
+            continue
+        for ref in (raw.get("metadata") or {}).get("ownerReferences") or []:
+            if isinstance(ref, dict) and ref.get("kind") == "DaemonSet" and ref.get("controller") and ref.get("uid"):
+                by_owner.setdefault(str(ref["uid"]), []).append(raw)
+    return lambda ds: newest_daemonset_pod(by_owner.get(str((ds.get("metadata") or {}).get("uid") or ""), []))
+
+
+def _daemonset_pods(daemonsets: Iterable[tuple[dict[str, Any], str]],
+                    live: Callable[[dict[str, Any]], dict[str, Any] | None],
+                    ignore_dra_requests: bool) -> tuple[list[Pod], list[InputIssue]]:
+    """Every DaemonSet's per-node pod (its newest live pod from `live`, else its template); DaemonSets that claim
+    devices are left out while DRA requests are ignored, as Karpenter leaves them out."""
     pods: list[Pod] = []
-    errors: list[str] = []
-    for ds in daemonsets:
+    issues: list[InputIssue] = []
+    for ds, where in daemonsets:
         pod = live(ds)
         template = (ds.get("spec") or {}).get("template") if isinstance(ds.get("spec"), dict) else None
         if ignore_dra_requests and has_dra_requirements(pod or (template if isinstance(template, dict) else {})):
@@ -266,8 +287,8 @@ def daemonset_pods(daemonsets: Iterable[dict[str, Any]], live: Callable[[dict[st
         try:
             pods.append(daemonset_pod(ds, pod))
         except InputError as e:
-            errors.append(str(e)[:300])
-    return pods, errors
+            issues.append(InputIssue("DaemonSet", pod_key(ds), where, str(e)))
+    return pods, issues
 
 
 def daemonset_pod(daemonset: dict[str, Any], live: dict[str, Any] | None = None) -> Pod:
@@ -355,13 +376,7 @@ def in_flight_node(nodeclaim: dict[str, Any], allocatable: dict[str, int], pods:
     where = f"NodeClaim/{name}"
     spec = _map(nodeclaim.get("spec"), f"{where}: spec")
     labels = _labels(meta, where)
-    raw_reqs = spec.get("requirements") or []
-    if not isinstance(raw_reqs, list) or not all(isinstance(r, dict) for r in raw_reqs):
-        raise InputError(f"{where}: spec.requirements: must be a list of requirements")
-    try:
-        reqs = Requirements.from_node_selector_requirements(raw_reqs)
-    except (KeyError, ValueError, TypeError) as e:
-        raise InputError(f"{where}: spec.requirements: {e}") from None
+    reqs = _requirements(spec.get("requirements"), f"{where}: spec.requirements")
     for k, v in reqs.labels().items():
         labels.setdefault(k, v)
     labels.setdefault(L.HOSTNAME, str(name))
@@ -370,20 +385,152 @@ def in_flight_node(nodeclaim: dict[str, Any], allocatable: dict[str, int], pods:
                         pods=list(pods), node_pool=labels.get(L.NODEPOOL), in_flight=True)
 
 
-def nodepool_usage(nodes: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
-    """Per NodePool (the karpenter.sh/nodepool label), the capacity its nodes hold and how many there are ("nodes"):
-    what counts against the pool's limits."""
-    out: dict[str, dict[str, int]] = {}
-    for node in nodes:
-        meta = _map(node.get("metadata"), "Node: metadata")
-        where = f"Node/{meta.get('name')}"
-        pool = _labels(meta, where).get(L.NODEPOOL)
-        if not pool:
+def nodepool_usage(nodes: Iterable[Mapping[str, Any]], nodeclaims: Iterable[Mapping[str, Any]] = ()
+                   ) -> dict[str, dict[str, int]]:
+    """Per NodePool, the capacity its nodes (and launched NodeClaims) hold and how many there are ("nodes"): what
+    counts against the pool's limits, by Karpenter's rule (controller.state.usage); a capacity that cannot be read is
+    an InputError naming the object."""
+    try:
+        return usage.nodepool_usage(nodeclaims, nodes, strict=True)
+    except usage.UsageError as e:
+        raise InputError(str(e)) from None
+
+
+# ---- the one translation: the objects every face reads -> the scheduler's inputs ----------------------------------
+
+@dataclass
+class PoolSource:
+    """A NodePool with what its face knows of it: the instance types its NodeClass offers, what its nodes already
+    hold (for limits) and why it cannot launch ("" when it can)."""
+
+    manifest: dict[str, Any]
+    instance_types: list[InstanceType]
+    used: dict[str, int] = field(default_factory=dict)
+    not_ready: str = ""
+    where: str = ""
+
+
+@dataclass
+class NodeSource:
+    """A place pods can go: a registered Node (with its NodeClaim when Karpenter manages it) and the pods bound to
+    it, or, without a Node, a NodeClaim in flight with the allocatable expected of it. `uninitialized` names
+    capacity not initialized yet (a decision relying on it waits); `where` prefixes messages about it."""
+
+    node: dict[str, Any] | None
+    nodeclaim: dict[str, Any] | None = None
+    pods: list[dict[str, Any]] = field(default_factory=list)
+    allocatable: dict[str, int] = field(default_factory=dict)
+    uninitialized: str = ""
+    where: str = ""
+
+
+@dataclass(frozen=True)
+class InputIssue:
+    """An object the scheduler cannot use: its kind, namespace/name key, where it was read from, and why."""
+
+    kind: str
+    key: str
+    where: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.message}" if self.where else self.message
+
+
+@dataclass
+class SchedulerInputs:
+    """What one scheduling simulation reads, and what was left out of it and why."""
+
+    pools: list[SchedNodePool] = field(default_factory=list)
+    existing: list[ExistingNode] = field(default_factory=list)
+    daemonsets: list[Pod] = field(default_factory=list)
+    pods: list[Pod] = field(default_factory=list)  # to place, in the order given
+    converted: dict[str, Pod] = field(default_factory=dict)  # every pod read (bound and to place), by key
+    refused: dict[str, str] = field(default_factory=dict)  # pod key -> why Karpenter refuses it before scheduling
+    excluded: list[tuple[dict[str, Any], str]] = field(default_factory=list)  # pods asking for other capacity
+    uninitialized: dict[str, str] = field(default_factory=dict)  # existing name -> what is not initialized yet
+    issues: list[InputIssue] = field(default_factory=list)
+
+    def pod_issues(self) -> dict[str, str]:
+        """Why each pod that could not be read was left out, by namespace/name."""
+        return {i.key: i.message for i in self.issues if i.kind == "Pod"}
+
+
+PodConverter = Callable[[dict[str, Any]], Pod]
+
+
+def scheduler_inputs(*, nodes: Iterable[NodeSource], pods: Iterable[tuple[dict[str, Any], str]],
+                     pools: Callable[[], Iterable[PoolSource]],
+                     daemonsets: Iterable[tuple[dict[str, Any], str]] = (),
+                     live_daemonset_pod: Callable[[dict[str, Any]], dict[str, Any] | None] = lambda ds: None,
+                     volumes: VolumeTopology | None = None,
+                     namespace_labels: Mapping[str, Mapping[str, str]] | None = None,
+                     ignore_dra_requests: bool = True, screen: bool = True,
+                     convert_bound: PodConverter | None = None,
+                     known: Mapping[str, Pod] | None = None) -> SchedulerInputs:
+    """The scheduler's inputs from the objects a face read, the same way for the provisioner's cluster state,
+    `karpy simulate`'s documents and the disruption snapshot. Nothing is raised: what cannot be read is left out and
+    named in `issues`, in the order read (nodes with their pods, pods to place, pools, DaemonSets).
+
+    `pods` (and `daemonsets`) come with where each was read from; with `screen`, those that ask not to run on
+    Karpenter's nodes are set aside and those with DRA requests refused (while `ignore_dra_requests`), as the
+    provisioner does before scheduling. `pools` is called once, after the pods, and only when some pod is to be
+    placed or `screen` is off: a face's instance types may cost a cloud call. Pods in `known` (by namespace/name)
+    were converted already by the face; other bound pods are converted by `convert_bound` (a face's cache) or as pods
+    to place are."""
+    out = SchedulerInputs()
+
+    def convert(raw: dict[str, Any], where: str, bound: bool) -> Pod | None:
+        key = pod_key(raw)
+        pod = known.get(key) if known is not None else None
+        if pod is not None:
+            out.converted[key] = pod
+            return pod
+        try:
+            pod = (convert_bound(raw) if bound and convert_bound is not None
+                   else scheduling_pod(raw, volumes, namespace_labels))  # bound pods may move (disruption)
+        except InputError as e:
+            out.issues.append(InputIssue("Pod", key, where, str(e)))
+            return None
+        out.converted[key] = pod
+        return pod
+
+    for src in nodes:
+        bound = [p for p in (convert(raw, src.where, True) for raw in src.pods
+                             if (raw.get("status") or {}).get("phase") not in ("Succeeded", "Failed"))
+                 if p is not None]
+        try:
+            if src.node is not None:
+                node = existing_node(src.node, bound, nodeclaim=src.nodeclaim)
+            elif src.nodeclaim is not None:
+                node = in_flight_node(src.nodeclaim, src.allocatable, bound)
+            else:
+                continue
+        except InputError as e:
+            kind = "Node" if src.node is not None else "NodeClaim"
+            obj = src.node if src.node is not None else src.nodeclaim
+            out.issues.append(InputIssue(kind, str(((obj or {}).get("metadata") or {}).get("name")), src.where,
+                                         str(e)))
             continue
-        status = _map(node.get("status"), f"{where}: status")
-        capacity = _resources(status.get("capacity"), f"{where}: status.capacity")
-        used = out.setdefault(pool, {"nodes": 0})
-        used["nodes"] += 1
-        for k, v in capacity.items():
-            used[k] = used.get(k, 0) + v
+        out.existing.append(node)
+        if src.uninitialized:
+            out.uninitialized[node.name] = src.uninitialized
+    for raw, where in pods:
+        if screen and excludes_karpenter(raw):
+            out.excluded.append((raw, where))
+        elif screen and ignore_dra_requests and has_dra_requirements(raw):
+            out.refused[pod_key(raw)] = DRA_UNSUPPORTED
+        else:
+            pod = convert(raw, where, False)
+            if pod is not None:
+                out.pods.append(pod)
+    if out.pods or not screen:
+        for p in pools():
+            try:
+                out.pools.append(node_pool(p.manifest, p.instance_types, p.used, p.not_ready))
+            except InputError as e:
+                name = str((p.manifest.get("metadata") or {}).get("name"))
+                out.issues.append(InputIssue("NodePool", name, p.where, str(e)))
+        out.daemonsets, unreadable = _daemonset_pods(daemonsets, live_daemonset_pod, ignore_dra_requests)
+        out.issues += unreadable
     return out

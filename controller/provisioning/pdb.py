@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from controller.scheduling.pod import PodError, label_selector
+from controller.state.views import PodView
 from controller.termination.drain import (
     do_not_disrupt_active,
     is_active,
@@ -88,9 +89,7 @@ class PdbLimits:
         if len(matching) > 1:
             return [f"{b.namespace}/{b.name}" for b in matching]
         for b in matching:
-            if b.always_evict_unhealthy and any(
-                    isinstance(c, dict) and c.get("type") == "Ready" and c.get("status") == "False"
-                    for c in (pod.get("status") or {}).get("conditions") or []):
+            if b.always_evict_unhealthy and PodView.of(pod).unhealthy:
                 return []
             if b.fully_blocking:
                 return [f"{b.namespace}/{b.name}"]

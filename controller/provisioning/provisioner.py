@@ -17,7 +17,7 @@ from typing import Any
 from controller import metrics as M
 from controller.api import conditions as C
 from controller.api import labels as L
-from controller.api.quantity import QuantityError, resources_from_dict
+from controller.api.quantity import QuantityError
 from controller.api.validation import spec_errors
 from controller.catalog.types import InstanceType
 from controller.cloud.provider import CloudProvider, NodeClass
@@ -40,13 +40,8 @@ from controller.scheduling.reservations import STRICT
 from controller.scheduling.scheduler import Plan
 from controller.scheduling.types import ExistingNode, SchedNodePool
 from controller.settings import format_duration
-from controller.state.cluster import (
-    Cluster,
-    condition,
-    is_terminal,
-    provider_id,
-)
-from controller.termination.drain import has_disrupted_taint
+from controller.state.cluster import Cluster
+from controller.state.views import NodeClaimView, NodeView, PodView
 
 log = logging.getLogger("karpy.provisioner")
 CREATE_WORKERS = 8
@@ -90,12 +85,6 @@ def min_values_relaxed(nodepool: dict[str, Any], options: list[InstanceType]) ->
     return False
 
 
-def _instance_type_options(claim: dict[str, Any]) -> list[str]:
-    """The instance types a NodeClaim's `node.kubernetes.io/instance-type In` requirement allows (none: [])."""
-    return next((list(r.get("values") or []) for r in (claim.get("spec") or {}).get("requirements") or []
-                 if r.get("key") == L.INSTANCE_TYPE and r.get("operator") == "In"), [])
-
-
 class Provisioner:
     """Runs scheduling passes on batches of provisionable pods and creates the NodeClaims they need."""
 
@@ -135,23 +124,23 @@ class Provisioner:
         from controller.state.cluster import is_provisionable
 
         if event == "DELETED" or new is None:
-            uid = str(((old or {}).get("metadata") or {}).get("uid", ""))
+            uid = PodView.of(old).uid if old is not None else ""
             self._seen.pop(uid, None)
             self._decided.discard(uid)
             with self._pods_lock:
                 self._pods.pop(uid, None)
             return
-        if is_provisionable(new):
-            self._seen.setdefault(str(new["metadata"].get("uid", "")), time.time())
+        pod = PodView.of(new)  # the informer's view; a plain dict from elsewhere is viewed here
+        if is_provisionable(pod):
+            self._seen.setdefault(pod.uid, time.time())
             self.trigger()
-        elif old is not None and not (old.get("spec") or {}).get("nodeName") and (new.get("spec") or {}).get(
-                "nodeName"):
-            scheduled = C.parse_time((condition(new, "PodScheduled") or {}).get("lastTransitionTime"))
-            created = C.parse_time(new["metadata"].get("creationTimestamp"))
+        elif old is not None and not PodView.of(old).node_name and pod.node_name:
+            scheduled = C.parse_time((pod.condition("PodScheduled") or {}).get("lastTransitionTime"))
+            created = pod.created
             if scheduled is not None and created is not None:
                 M.PODS_BOUND_DURATION.observe(max(0.0, scheduled - created))
 
-    def reschedulable_pods(self) -> list[dict[str, Any]]:
+    def reschedulable_pods(self) -> list[PodView]:
         """Pods on nodes being deleted (the Node or its NodeClaim has a deletionTimestamp, or the Node carries
         karpenter.sh/disrupted) that will move, by Karpenter's IsCurrentlyReschedulable: Karpenter schedules them
         with the pending pods, so their replacement launches while the old node drains. Terminal, terminating (but
@@ -165,19 +154,17 @@ class Provisioner:
                 continue
             if limits is None:
                 limits = PdbLimits(self.cluster.pdbs())
-            for pod in self.cluster.pods_on_node(node["metadata"]["name"]):
+            for pod in self.cluster.pods_on_node(node.name):
                 if limits.is_currently_reschedulable(pod, now):
                     out.append(pod)
         return out
 
-    def _node_deleting(self, node: dict[str, Any]) -> bool:
+    def _node_deleting(self, node: NodeView) -> bool:
         """Whether the Node is going away: deleted, its NodeClaim deleted, or tainted karpenter.sh/disrupted."""
-        if (node.get("metadata") or {}).get("deletionTimestamp"):
-            return True
-        if has_disrupted_taint(node):
+        if node.deleting or node.disrupted:
             return True
         claim = self.cluster.nodeclaim_for_node(node)
-        return claim is not None and bool((claim.get("metadata") or {}).get("deletionTimestamp"))
+        return claim is not None and claim.deleting
 
     def run(self, stop: threading.Event) -> None:
         """Wait for batches and schedule them, until stop; only the leader schedules."""
@@ -269,29 +256,44 @@ class Provisioner:
         return pod
 
     def _usage(self, pool: str, types: list[InstanceType]) -> dict[str, int]:
-        """Resources a NodePool's NodeClaims hold: launched ones by capacity, unlaunched ones by their largest
-        instance-type option (pessimistic, so two batches cannot both spend the last of a limit)."""
-        by_name = {it.name: it for it in types}
-        used: dict[str, int] = {"nodes": 0}
-        for claim in self.cluster.nodeclaims_for_nodepool(pool):
-            used["nodes"] += 1
+        """What one NodePool uses against its limits (see _pool_usage)."""
+        return self._pool_usage({pool: types}).get(pool, {"nodes": 0})
+
+    def _pool_usage(self, types_by_pool: dict[str, list[InstanceType]]) -> dict[str, dict[str, int]]:
+        """What each NodePool uses against its limits, by Karpenter's rule (controller.state.usage), with the
+        NodeClaims not launched yet counted too: by their capacity when known, else their largest instance-type option
+        (Karpenter's subtractMax for a batch's new NodeClaims, kept until launch, so two batches cannot both spend the
+        last of a limit)."""
+        by_pool = {pool: {it.name: it for it in types} for pool, types in types_by_pool.items()}
+
+        def unlaunched(claim: NodeClaimView) -> dict[str, int]:
             try:
-                capacity = resources_from_dict((claim.get("status") or {}).get("capacity"))
+                capacity = claim.capacity
             except QuantityError:
                 capacity = {}
-            if not capacity:
-                options = _instance_type_options(claim)
-                sized = [by_name[o].capacity for o in options if o in by_name]
-                for cap in sized:
-                    for k, v in cap.items():
+            if capacity:
+                return capacity
+            by_name = by_pool.get(claim.nodepool, {})
+            for option in claim.instance_type_options:
+                if option in by_name:
+                    for k, v in by_name[option].capacity.items():
                         capacity[k] = max(capacity.get(k, 0), v)
-            for k, v in capacity.items():
-                used[k] = used.get(k, 0) + v
-        return used
+            return capacity
+
+        return self.cluster.nodepool_usage(unlaunched)
 
     def node_pools(self) -> tuple[list[SchedNodePool], dict[str, dict[str, Any]]]:
         """NodePools as the scheduler sees them (with the reason a pool is not usable), and their manifests."""
-        pools, manifests = [], {}
+        sources = self.pool_sources()
+        built = inputs.scheduler_inputs(nodes=(), pods=(), pools=lambda: sources, screen=False)
+        self._log_issues(built.issues)
+        manifests = {str(s.manifest["metadata"]["name"]): s.manifest for s in sources}
+        return built.pools, {p.name: manifests[p.name] for p in built.pools}
+
+    def pool_sources(self) -> list[inputs.PoolSource]:
+        """The NodePools that may launch for pods (not being deleted, not static), each with its NodeClass's instance
+        types from the cloud provider, what it uses against its limits and why it cannot launch ("" when it can)."""
+        read: list[tuple[dict[str, Any], list[InstanceType], str]] = []
         for np_ in self.cluster.nodepools():
             meta = np_.get("metadata") or {}
             if meta.get("deletionTimestamp"):
@@ -313,59 +315,55 @@ class Provisioner:
                     types = self._instance_types(nodeclass)
                 except Exception as e:  # a cloud error costs this pool this batch, not the others
                     not_ready = f"listing instance types failed: {str(e)[:200]}"
-            try:
-                pools.append(inputs.node_pool(np_, types, self._usage(name, types), not_ready))
-                manifests[name] = np_
-            except inputs.InputError as e:
-                log.error("ignoring nodepool", extra={"NodePool": {"name": name}, "error": str(e)[:300]})
-        return pools, manifests
+            read.append((np_, types, not_ready))
+        usage = self._pool_usage({np_["metadata"]["name"]: types for np_, types, _ in read})
+        return [inputs.PoolSource(np_, types, usage.get(np_["metadata"]["name"], {"nodes": 0}), not_ready)
+                for np_, types, not_ready in read]
 
-    def existing_nodes(self) -> list[ExistingNode]:
-        """Nodes that may take pods, then NodeClaims in flight (launched or not, not yet registered)."""
-        out: list[ExistingNode] = []
+    def node_sources(self) -> list[inputs.NodeSource]:
+        """Nodes that may take pods, with the pods bound to them, then NodeClaims in flight (launched or not, not yet
+        registered); nodes going away are not capacity: their pods are rescheduled with the pending ones."""
+        out: list[inputs.NodeSource] = []
         registered: set[str] = set()
         for node in self.cluster.nodes():
-            meta = node.get("metadata") or {}
             if self._node_deleting(node):
-                continue  # not capacity: its pods are rescheduled with the pending ones
-            claim = self.cluster.nodeclaim_for_node(node)
-            if provider_id(node):
-                registered.add(provider_id(node))
-            pods = []
-            for raw in self.cluster.pods_on_node(meta["name"]):
-                if is_terminal(raw):
-                    continue
-                try:
-                    pods.append(self._pod(raw))
-                except inputs.InputError:
-                    continue  # a bound pod we cannot read still holds its place on the node's allocatable
-            try:
-                out.append(inputs.existing_node(node, pods, nodeclaim=claim))
-            except inputs.InputError as e:
-                log.debug("skipping node", extra={"Node": {"name": meta["name"]}, "error": str(e)[:200]})
+                continue
+            if node.provider_id:
+                registered.add(node.provider_id)
+            out.append(inputs.NodeSource(node=node, nodeclaim=self.cluster.nodeclaim_for_node(node),
+                                         pods=[p for p in self.cluster.pods_on_node(node.name) if not p.terminal]))
         for claim in self.cluster.nodeclaims():
-            meta = claim.get("metadata") or {}
-            if meta.get("deletionTimestamp") or (provider_id(claim) and provider_id(claim) in registered):
-                continue
-            if (claim.get("status") or {}).get("nodeName"):
+            if claim.deleting or (claim.provider_id and claim.provider_id in registered) or claim.node_name:
                 continue
             try:
-                allocatable = resources_from_dict((claim.get("status") or {}).get("allocatable"))
+                allocatable = claim.allocatable
             except QuantityError:
                 allocatable = {}
-            if not allocatable:
-                allocatable = self._expected_allocatable(claim)
-            try:
-                out.append(inputs.in_flight_node(claim, allocatable, []))
-            except inputs.InputError:
-                continue
+            out.append(inputs.NodeSource(node=None, nodeclaim=claim,
+                                         allocatable=allocatable or self._expected_allocatable(claim)))
         return out
 
-    def _expected_allocatable(self, claim: dict[str, Any]) -> dict[str, int]:
+    def existing_nodes(self) -> list[ExistingNode]:
+        """Nodes that may take pods, then NodeClaims in flight, as the scheduler sees them."""
+        built = inputs.scheduler_inputs(nodes=self.node_sources(), pods=(), pools=list, convert_bound=self._pod)
+        self._log_issues(built.issues)
+        return built.existing
+
+    def _log_issues(self, issues: list[inputs.InputIssue]) -> None:
+        """Objects left out of a pass (a bound pod that cannot be read still holds its place on its node)."""
+        for issue in issues:
+            if issue.kind == "NodePool":
+                log.error("ignoring nodepool", extra={"NodePool": {"name": issue.key}, "error": issue.message[:300]})
+            elif issue.kind == "DaemonSet":
+                log.debug("ignoring daemonset", extra={"controller": "provisioner", "error": issue.message[:300]})
+            elif issue.kind in ("Node", "NodeClaim"):
+                log.debug("skipping node", extra={issue.kind: {"name": issue.key}, "error": issue.message[:200]})
+
+    def _expected_allocatable(self, claim: NodeClaimView) -> dict[str, int]:
         """Before launch, the smallest allocatable among the NodeClaim's instance-type options."""
-        ref = ((claim.get("spec") or {}).get("nodeClassRef") or {}).get("name", "")
-        nodeclass = self.cluster.nodeclass(str(ref))
-        options = _instance_type_options(claim)
+        ref = claim.nodeclass_name
+        nodeclass = self.cluster.nodeclass(ref)
+        options = claim.instance_type_options
         types: list[InstanceType] | None = None
         if nodeclass is not None and options and not nodeclass_not_ready(nodeclass, str(ref)):
             try:
@@ -374,7 +372,7 @@ class Provisioner:
                 types = None
         if types is None:
             try:
-                return resources_from_dict(((claim.get("spec") or {}).get("resources") or {}).get("requests"))
+                return claim.requests
             except QuantityError:
                 return {}
         by_name = {it.name: it for it in types}
@@ -391,12 +389,12 @@ class Provisioner:
         # nodes (with the pods bound to them) before the pending pods, as Karpenter reads them: a pod that binds in
         # between is counted on its node rather than provisioned for twice
         self._namespace_labels = self.cluster.namespace_labels()
-        existing = self.existing_nodes()
+        nodes = self.node_sources()
         pending = self.cluster.pending_pods()
         # pending pods first, then those of deleting nodes; a pod is scheduled once whatever lists it
         raw_by_key: dict[str, dict[str, Any]] = {}
-        for raw in [*pending, *self.reschedulable_pods()]:
-            raw_by_key.setdefault(key_of(raw), raw)
+        for view in [*pending, *self.reschedulable_pods()]:
+            raw_by_key.setdefault(view.key, view)
         raw_pods = list(raw_by_key.values())
         M.SCHEDULER_QUEUE_DEPTH.labels(controller="provisioner", scheduling_id="").set(len(raw_pods))
         results = Results()
@@ -404,44 +402,46 @@ class Provisioner:
             M.UNSCHEDULABLE_PODS.labels(controller="provisioner").set(0)
             M.SCHEDULER_IGNORED_PODS.set(0)
             return results
-        pods: list[Pod] = []
-        ignored = 0
-        volumes = self.cluster.volume_topology()
-        for raw in raw_pods:
-            if inputs.excludes_karpenter(raw):
-                ignored += 1  # Karpenter ignores these without an event: they asked for other capacity
-                log.debug("ignoring pod", extra={"controller": "provisioner", "Pod": _obj_ref(raw),
-                                                 "error": inputs.KARPENTER_EXCLUDED})
-                continue
-            if self.ignore_dra_requests and inputs.has_dra_requirements(raw):
-                results.unschedulable[key_of(raw)] = inputs.DRA_UNSUPPORTED
-                log.info("skipping pod with Dynamic Resource Allocation requirements, not yet supported by Karpenter",
-                         extra={"controller": "provisioner", "Pod": _obj_ref(raw)})
-                self.recorder.publish(raw, "Warning", "FailedScheduling",
-                                      f"Failed to schedule pod, {inputs.DRA_UNSUPPORTED}")
-                continue
-            try:
-                pod = inputs.scheduling_pod(raw, volumes, self._namespace_labels)
-                pods.append(pod)
-            except inputs.InputError as e:
-                ignored += 1  # Karpenter's ignored pods: ones that fail validation before scheduling
-                results.unschedulable[key_of(raw)] = str(e)[:300]
-                self.recorder.publish(raw, "Warning", "FailedScheduling", f"Failed to schedule pod, {str(e)[:300]}")
+        sources: list[inputs.PoolSource] = []
+
+        def pools() -> list[inputs.PoolSource]:
+            sources.extend(self.pool_sources())
+            return sources
+
+        built = inputs.scheduler_inputs(
+            nodes=nodes, pods=[(raw, "") for raw in raw_pods], pools=pools,
+            daemonsets=[(ds, "") for ds in self.cluster.daemonsets()], live_daemonset_pod=self.cluster.daemonset_pod,
+            volumes=self.cluster.volume_topology(), namespace_labels=self._namespace_labels,
+            ignore_dra_requests=self.ignore_dra_requests, convert_bound=self._pod)
+        ignored = len(built.excluded)
+        for raw, _ in built.excluded:  # Karpenter ignores these without an event: they asked for other capacity
+            log.debug("ignoring pod", extra={"controller": "provisioner", "Pod": _obj_ref(raw),
+                                             "error": inputs.KARPENTER_EXCLUDED})
+        for key, reason in built.refused.items():
+            results.unschedulable[key] = reason
+            log.info("skipping pod with Dynamic Resource Allocation requirements, not yet supported by Karpenter",
+                     extra={"controller": "provisioner", "Pod": _obj_ref(raw_by_key[key])})
+            self.recorder.publish(raw_by_key[key], "Warning", "FailedScheduling", f"Failed to schedule pod, {reason}")
+        for issue in built.issues:
+            bad = raw_by_key.get(issue.key) if issue.kind == "Pod" else None
+            if bad is None:
+                continue  # a bound pod that cannot be read is skipped; other objects are logged below
+            ignored += 1  # Karpenter's ignored pods: ones that fail validation before scheduling
+            results.unschedulable[issue.key] = issue.message[:300]
+            self.recorder.publish(bad, "Warning", "FailedScheduling", f"Failed to schedule pod, {issue.message[:300]}")
+        self._log_issues(built.issues)
         M.SCHEDULER_IGNORED_PODS.set(ignored)
-        if not pods:
+        if not built.pods:
             M.UNSCHEDULABLE_PODS.labels(controller="provisioner").set(len(results.unschedulable))
             return results
-        pools, manifests = self.node_pools()
-        daemonsets, unreadable = inputs.daemonset_pods(self.cluster.daemonsets(), self.cluster.daemonset_pod,
-                                                       self.ignore_dra_requests)
-        for error in unreadable:
-            log.debug("ignoring daemonset", extra={"controller": "provisioner", "error": error})
+        pools_, existing, pods = built.pools, built.existing, built.pods
+        manifests = {str(s.manifest["metadata"]["name"]): s.manifest for s in sources}
         log.debug("computing scheduling decision for provisionable pod(s)",
                   extra={"controller": "provisioner", "pending-pods": len(pending),
-                         "deleting-pods": len(raw_pods) - len(pending), "nodepools": len(pools),
+                         "deleting-pods": len(raw_pods) - len(pending), "nodepools": len(pools_),
                          "existing-nodes": len(existing)})
         # PREFERENCE_POLICY and MIN_VALUES_POLICY as `karpy simulate` applies them too
-        plan = solve(pools, existing, daemonsets, pods, self.preference_policy, self.min_values_policy,
+        plan = solve(pools_, existing, built.daemonsets, pods, self.preference_policy, self.min_values_policy,
                      reserved_mode=STRICT)
         if plan.deferred:
             # not unschedulable (no event, not counted): a later pass may find the reservation free or exhausted

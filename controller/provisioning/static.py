@@ -12,14 +12,13 @@ import logging
 from typing import Any
 
 from controller import metrics as M
-from controller.api import labels as L
 from controller.kube import resources as R
 from controller.kube.client import KubeClient
 from controller.kube.workqueue import Result
 from controller.provisioning import inputs
 from controller.provisioning.nodeclaimtemplate import nodeclaim_manifest
-from controller.state.cluster import Cluster, is_true, provider_id
-from controller.termination.drain import has_disrupted_taint
+from controller.state.cluster import Cluster, is_true
+from controller.state.views import NodeClaimView
 
 log = logging.getLogger("karpy.static")
 REQUEUE_SATISFIED = 60.0  # Karpenter looks again after a minute, so a missed event is caught
@@ -51,11 +50,11 @@ class StaticProvisioner:
         karpenter.sh/disrupted."""
         active = deleting = pending = 0
         for claim in self.cluster.nodeclaims_for_nodepool(name):
-            if (claim.get("metadata") or {}).get("deletionTimestamp"):
+            if claim.deleting:
                 deleting += 1
                 continue
-            node = self.cluster.node_for_provider_id(provider_id(claim)) if provider_id(claim) else None
-            if node is not None and has_disrupted_taint(node):
+            node = self.cluster.node_for_provider_id(claim.provider_id) if claim.provider_id else None
+            if node is not None and node.disrupted:
                 pending += 1
             else:
                 active += 1
@@ -104,5 +103,5 @@ class StaticProvisioner:
 
     def pool_of(self, claim: dict[str, Any]) -> str:
         """The static NodePool a NodeClaim belongs to ("" when none)."""
-        pool = str(((claim.get("metadata") or {}).get("labels") or {}).get(L.NODEPOOL) or "")
+        pool = NodeClaimView.of(claim).nodepool  # an informer event's object (a view) or a manifest
         return pool if pool and self.is_static(self.cluster.nodepool(pool)) else ""

@@ -2,18 +2,26 @@
 
 Accepts what `kubectl get ... -o yaml` prints and what teams keep in git: NodePools, EC2NodeClasses, Pods,
 Deployments/ReplicaSets/StatefulSets/Jobs/CronJobs (expanded into the pods their controllers would create),
-DaemonSets (per-node overhead) and existing Nodes with the pods bound to them. Turning the sorted objects into the
-scheduler's inputs is controller.provisioning.inputs' job, shared with the controller.
+DaemonSets (per-node overhead) and existing Nodes with the pods bound to them. `document_inputs` hands the sorted
+objects, with the typed NodePools and EC2NodeClasses, to controller.provisioning.inputs.scheduler_inputs, the
+translation the controller uses; `karpy disruption` reads its documents through the same functions.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from controller.api import labels as L
 from controller.api.documents import Document
+from controller.api.models import EC2NodeClass, NodePool
+from controller.api.pods import owned_by_daemonset
 from controller.api.shapes import MAX_PODS, pod_count
+from controller.catalog.snapshot import Catalog
+from controller.catalog.types import InstanceType
+from controller.provisioning import inputs
 from controller.provisioning.inputs import InputError, VolumeTopology, template_pod
 
 # kind -> where the pod template lives and how many pods the controller makes
@@ -122,11 +130,6 @@ def statefulset_claim(template: str | None, statefulset: str, ordinal: int) -> s
     return f"{template}-{statefulset}-{ordinal}"
 
 
-def _owned_by(pod: dict[str, Any], kind: str) -> bool:
-    refs = (pod.get("metadata") or {}).get("ownerReferences") or []
-    return any(isinstance(r, dict) and r.get("kind") == kind for r in refs)
-
-
 def classify(documents: list[Document]) -> SimulationInputs:
     """Sort documents into the simulator's roles; unknown kinds are reported as notes, never dropped silently."""
     out = SimulationInputs()
@@ -159,7 +162,7 @@ def classify(documents: list[Document]) -> SimulationInputs:
             node_name = (pod.get("spec") or {}).get("nodeName")
             if node_name:
                 out.bound_pods.setdefault(str(node_name), []).append(pod)
-            elif _owned_by(pod, "DaemonSet"):
+            elif owned_by_daemonset(pod):
                 continue  # accounted for through its DaemonSet
             else:
                 out.pending_pods.append(pod)
@@ -199,3 +202,76 @@ def classify(documents: list[Document]) -> SimulationInputs:
         pvcs.setdefault(key, template)
     out.volumes = VolumeTopology(pvcs, pvs, storage_classes)
     return out
+
+
+# ---- documents -> the scheduler's inputs (for `karpy simulate` and `karpy disruption`) -------------------------------
+
+def nodeclass_instance_types(catalog: Catalog, nodeclass: EC2NodeClass | None) -> list[InstanceType]:
+    """The catalog's instance types as a NodeClass with this AMI family and kubelet configuration sees them (all of
+    them, with default kubelet settings, when no EC2NodeClass was given)."""
+    if nodeclass is None:
+        return catalog.instance_types
+    family = nodeclass.ami_family
+    return catalog.instance_types_for(ami_family=family if family != "custom" else "al2023",
+                                      kubelet=nodeclass.kubelet or None)
+
+
+def pool_not_ready(pool: NodePool, nodeclasses: Mapping[str, EC2NodeClass] | None) -> str:
+    """Why a NodePool from documents cannot launch ("" when it can): its own Ready condition when its status has one;
+    its EC2NodeClass missing (when EC2NodeClasses were given at all) or, when the class carries status, not Ready. A
+    manifest from git has no status and is taken as ready."""
+    not_ready = inputs.nodepool_not_ready(pool.manifest)
+    if nodeclasses is None:
+        return not_ready
+    ref = pool.node_class_ref.name
+    nodeclass = nodeclasses.get(ref)
+    if nodeclass is None:
+        return f'EC2NodeClass "{ref}" not found, so the NodePool is not ready'
+    if nodeclass.conditions:
+        return not_ready or inputs.nodeclass_not_ready(nodeclass.manifest, ref)
+    return not_ready
+
+
+def _price(by_name: dict[str, InstanceType], labels: dict[str, str]) -> float:
+    """What an existing node costs per hour, from its instance type, capacity type and zone labels."""
+    it = by_name.get(labels.get(L.INSTANCE_TYPE, ""))
+    if it is None:
+        return 0.0
+    ct = labels.get(L.CAPACITY_TYPE, L.CAPACITY_TYPE_ON_DEMAND)
+    zone = labels.get(L.ZONE)
+    prices = [o.price for o in it.offerings if o.capacity_type == ct and (zone is None or o.zone == zone)]
+    return min(prices) if prices else 0.0
+
+
+def document_inputs(sim: SimulationInputs, catalog: Catalog, nodepools: list[tuple[NodePool, str]],
+                    nodeclasses: Mapping[str, EC2NodeClass] | None) -> inputs.SchedulerInputs:
+    """The scheduler's inputs from sorted documents: Nodes with their bound pods (priced from the catalog), the
+    pending pods, the NodePools (`(pool, file)`) with their NodeClass's instance types, readiness and what their
+    nodes hold, and each DaemonSet's overhead (a live pod of it among the documents, else its template)."""
+    issues: list[inputs.InputIssue] = []
+    nodes = []
+    for doc in sim.nodes:
+        try:
+            inputs.nodepool_usage([doc.raw])  # a bad capacity is reported with its file
+        except InputError as e:
+            issues.append(inputs.InputIssue("Node", doc.name, doc.source, str(e)))
+            continue
+        nodes.append(inputs.NodeSource(node=doc.raw, pods=sim.bound_pods.get(doc.name, []), where=doc.source))
+    usage = inputs.nodepool_usage([s.node for s in nodes if s.node is not None])
+
+    def pools() -> list[inputs.PoolSource]:
+        return [inputs.PoolSource(pool.manifest, nodeclass_instance_types(catalog, (nodeclasses or {}).get(
+            pool.node_class_ref.name)), usage.get(pool.name, {}), pool_not_ready(pool, nodeclasses), where)
+            for pool, where in nodepools]
+
+    bound = [p for pods in sim.bound_pods.values() for p in pods]
+    built = inputs.scheduler_inputs(
+        nodes=nodes, pods=zip(sim.pending_pods, sim.pending_refs, strict=True), pools=pools,
+        daemonsets=[(d.raw, d.source) for d in sim.daemonsets], live_daemonset_pod=inputs.live_daemonset_pods(bound),
+        volumes=sim.volumes, namespace_labels=sim.namespaces,
+        convert_bound=lambda raw: inputs.scheduling_pod(raw, None, sim.namespaces))
+    built.issues[:0] = issues
+    by_name = {it.name: it for it in catalog.instance_types}
+    for node in built.existing:
+        node.price = _price(by_name, node.labels)
+    return built

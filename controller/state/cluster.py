@@ -1,7 +1,8 @@
 """The in-memory cluster: informers for the objects Karpenter watches, with the indexes the controllers ask for.
 
-Objects are the API's JSON dicts (managed fields and unused pod status stripped), shared read-only: a controller
-copies before it changes anything. `synced()` is Karpenter's gate: nothing is decided until every informer has listed
+Objects are parsed once, as the informer stores them, into typed views (controller.state.views: the API's JSON with
+managed fields and unused pod status stripped, read through typed properties), shared read-only: a controller copies
+before it changes anything. `synced()` is Karpenter's gate: nothing is decided until every informer has listed
 and every NodeClaim this process created is visible, so a batch never launches the same capacity twice.
 """
 
@@ -12,14 +13,15 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, cast
 
-from controller.api import labels as L
 from controller.api.pods import owned_by_daemonset
 from controller.kube import resources as R
 from controller.kube.client import KubeClient
 from controller.kube.informer import Informer, key_of, strip_managed_fields
 from controller.scheduling.volumes import VolumeTopology
+from controller.state import usage
+from controller.state.views import NodeClaimView, NodeView, PodView
 
 Obj = dict[str, Any]
 
@@ -62,7 +64,7 @@ def _compact_volume(v: Any) -> Any:
     return {k: ({} if isinstance(val, dict) else val) for k, val in v.items()}
 
 
-def compact_pod(pod: Obj) -> Obj:
+def compact_pod(pod: Obj) -> PodView:
     """A pod as the controllers read it: no managed fields or last-applied annotation, containers reduced to what
     scheduling and draining read, volume sources that decide nothing reduced to their kind, only the status parts
     read, and common strings shared between pods. Dropped at the informer's edge, so a cluster of many pods costs
@@ -84,13 +86,15 @@ def compact_pod(pod: Obj) -> Obj:
         out["spec"] = spec
     status = pod.get("status") or {}
     out["status"] = {k: status[k] for k in _POD_STATUS_KEYS if k in status} if isinstance(status, dict) else {}
-    return _interned(out)
+    return PodView(_interned(out))
 
 
 def provider_id(obj: Obj | None) -> str:
     """A NodeClaim's status.providerID or a Node's spec.providerID ("" when not set)."""
     if obj is None:
         return ""
+    if isinstance(obj, NodeView | NodeClaimView):
+        return obj.provider_id
     if obj.get("kind") == "Node" or "providerID" in (obj.get("spec") or {}):
         return str((obj.get("spec") or {}).get("providerID") or "")
     return str((obj.get("status") or {}).get("providerID") or "")
@@ -112,35 +116,29 @@ def is_true(obj: Obj | None, type_: str) -> bool:
 
 def is_mirror(pod: Obj) -> bool:
     """A static pod's mirror (managed by the kubelet, never evicted or provisioned for)."""
-    return "kubernetes.io/config.mirror" in ((pod.get("metadata") or {}).get("annotations") or {})
+    return PodView.of(pod).mirror
 
 
 def is_terminal(pod: Obj) -> bool:
     """Succeeded or Failed."""
-    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+    return PodView.of(pod).terminal
 
 
 def is_provisionable(pod: Obj) -> bool:
     """Karpenter's provisionable pod: kube-scheduler marked it Unschedulable, unbound, not preempting, not terminal or
     terminating, not a DaemonSet's or a mirror pod."""
-    meta = pod.get("metadata") or {}
-    spec = pod.get("spec") or {}
-    if spec.get("nodeName") or meta.get("deletionTimestamp") or is_terminal(pod):
+    view = PodView.of(pod)
+    if view.node_name or view.deleting or view.terminal or view.nominated_node_name:
         return False
-    if (pod.get("status") or {}).get("nominatedNodeName"):
+    if owned_by_daemonset(view) or view.mirror:
         return False
-    if owned_by_daemonset(pod) or is_mirror(pod):
-        return False
-    c = condition(pod, "PodScheduled")
+    c = view.condition("PodScheduled")
     return c is not None and c.get("status") == "False" and c.get("reason") == "Unschedulable"
 
 
 def daemonset_controller(pod: Obj) -> str:
     """The UID of the DaemonSet that controls the pod ("" when none does)."""
-    for r in (pod.get("metadata") or {}).get("ownerReferences") or []:
-        if isinstance(r, dict) and r.get("kind") == "DaemonSet" and r.get("controller"):
-            return str(r.get("uid") or "")
-    return ""
+    return PodView.of(pod).daemonset_uid
 
 
 class InformerView(Mapping[Any, Obj]):
@@ -171,9 +169,12 @@ class Cluster:
     def __init__(self, client: KubeClient, clock: Callable[[], float] = time.time) -> None:
         self.client = client
         self.clock = clock
-        self.nodes_informer = Informer(client, R.NODES, name="nodes")
+        self.nodes_informer = Informer(client, R.NODES, transform=lambda o: NodeView(strip_managed_fields(o)),
+                                       name="nodes")
         self.pods_informer = Informer(client, R.PODS, transform=compact_pod, name="pods")
-        self.nodeclaims_informer = Informer(client, R.NODECLAIMS, name="nodeclaims")
+        self.nodeclaims_informer = Informer(client, R.NODECLAIMS,
+                                            transform=lambda o: NodeClaimView(strip_managed_fields(o)),
+                                            name="nodeclaims")
         self.nodepools_informer = Informer(client, R.NODEPOOLS, name="nodepools")
         self.nodeclasses_informer = Informer(client, R.EC2NODECLASSES, name="ec2nodeclasses")
         self.daemonsets_informer = Informer(client, R.DAEMONSETS, name="daemonsets")
@@ -288,52 +289,57 @@ class Cluster:
             return not self._created
 
     # ---- reads -------------------------------------------------------------------------------------------------
-    def nodeclaim(self, name: str) -> Obj | None:
+    def nodeclaim(self, name: str) -> NodeClaimView | None:
         """The NodeClaim of that name."""
-        return self.nodeclaims_informer.get(name)
+        return cast(NodeClaimView | None, self.nodeclaims_informer.get(name))
 
-    def node(self, name: str) -> Obj | None:
+    def node(self, name: str) -> NodeView | None:
         """The Node of that name."""
-        return self.nodes_informer.get(name)
+        return cast(NodeView | None, self.nodes_informer.get(name))
 
-    def nodeclaims(self) -> list[Obj]:
+    def nodeclaims(self) -> list[NodeClaimView]:
         """Every NodeClaim."""
-        return self.nodeclaims_informer.items()
+        return cast(list[NodeClaimView], self.nodeclaims_informer.items())
 
-    def nodes(self) -> list[Obj]:
+    def nodes(self) -> list[NodeView]:
         """Every Node."""
-        return self.nodes_informer.items()
+        return cast(list[NodeView], self.nodes_informer.items())
 
-    def pods(self) -> list[Obj]:
+    def pods(self) -> list[PodView]:
         """Every pod."""
-        return self.pods_informer.items()
+        return cast(list[PodView], self.pods_informer.items())
 
-    def pod(self, key: str) -> Obj | None:
+    def pod(self, key: str) -> PodView | None:
         """The pod namespace/name."""
-        return self.pods_informer.get(key)
+        return cast(PodView | None, self.pods_informer.get(key))
 
-    def nodeclaim_for_provider_id(self, pid: str) -> Obj | None:
+    def nodeclaim_for_provider_id(self, pid: str) -> NodeClaimView | None:
         """The NodeClaim whose status.providerID is pid."""
         with self._lock:
             name = self._nodeclaim_by_pid.get(pid)
-        return self.nodeclaims_informer.get(name) if name else None
+        return self.nodeclaim(name) if name else None
 
-    def node_for_provider_id(self, pid: str) -> Obj | None:
+    def node_for_provider_id(self, pid: str) -> NodeView | None:
         """The Node whose spec.providerID is pid."""
         with self._lock:
             name = self._node_by_pid.get(pid)
-        return self.nodes_informer.get(name) if name else None
+        return self.node(name) if name else None
 
-    def nodeclaim_for_node(self, node: Obj) -> Obj | None:
+    def nodeclaim_for_node(self, node: Obj) -> NodeClaimView | None:
         """The NodeClaim behind a Node, by providerID."""
         pid = provider_id(node)
         return self.nodeclaim_for_provider_id(pid) if pid else None
 
-    def pods_on_node(self, node_name: str) -> list[Obj]:
+    def pods_on_node(self, node_name: str) -> list[PodView]:
         """Pods bound to the node."""
         with self._lock:
             keys = list(self._pods_by_node.get(node_name, ()))
-        return [p for p in (self.pods_informer.get(k) for k in keys) if p is not None]
+        return [p for p in (self.pod(k) for k in keys) if p is not None]
+
+    def nodepool_usage(self, unlaunched: Callable[[NodeClaimView], Mapping[str, int]] | None = None
+                       ) -> dict[str, dict[str, int]]:
+        """What each NodePool's nodes hold against its limits, by Karpenter's rule (controller.state.usage)."""
+        return usage.nodepool_usage(self.nodeclaims(), self.nodes(), unlaunched=unlaunched)
 
     def volume_attachments_on_node(self, node_name: str) -> list[Obj]:
         """VolumeAttachments whose spec.nodeName is the node (from the index: no list call)."""
@@ -343,11 +349,11 @@ class Cluster:
         """A PersistentVolumeClaim from the informer's cache."""
         return self.pvcs_informer.get(f"{namespace}/{name}")
 
-    def pending_pods(self) -> list[Obj]:
+    def pending_pods(self) -> list[PodView]:
         """Provisionable pods, in a stable order (from the index: no pass over every pod)."""
         with self._lock:
             keys = sorted(self._provisionable)
-        return [p for p in (self.pods_informer.get(k) for k in keys) if p is not None and is_provisionable(p)]
+        return [p for p in (self.pod(k) for k in keys) if p is not None and is_provisionable(p)]
 
     def has_provisionable_pods(self) -> bool:
         """Whether any pod is provisionable."""
@@ -401,10 +407,10 @@ class Cluster:
         """The EC2NodeClass of that name."""
         return self.nodeclasses_informer.get(name)
 
-    def nodeclaims_for_nodeclass(self, name: str) -> list[Obj]:
+    def nodeclaims_for_nodeclass(self, name: str) -> list[NodeClaimView]:
         """NodeClaims whose nodeClassRef names this EC2NodeClass."""
-        return [c for c in self.nodeclaims() if ((c.get("spec") or {}).get("nodeClassRef") or {}).get("name") == name]
+        return [c for c in self.nodeclaims() if c.nodeclass_name == name]
 
-    def nodeclaims_for_nodepool(self, name: str) -> list[Obj]:
+    def nodeclaims_for_nodepool(self, name: str) -> list[NodeClaimView]:
         """NodeClaims created from this NodePool (by the karpenter.sh/nodepool label)."""
-        return [c for c in self.nodeclaims() if ((c.get("metadata") or {}).get("labels") or {}).get(L.NODEPOOL) == name]
+        return [c for c in self.nodeclaims() if c.nodepool == name]

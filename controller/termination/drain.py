@@ -13,6 +13,7 @@ from controller.api import labels as L
 from controller.api.durations import parse_go_duration
 from controller.api.pods import owned_by, owned_by_daemonset
 from controller.api.taints import Taint, toleration_from_dict
+from controller.state.views import NodeView
 
 Obj = dict[str, Any]
 
@@ -264,9 +265,8 @@ def blocking_volume_attachments(attachments: Iterable[Obj], node_name: str, igno
 # ---- nodes -----------------------------------------------------------------------------------------------------
 
 def has_disrupted_taint(node: Obj) -> bool:
-    """Whether the node carries karpenter.sh/disrupted:NoSchedule."""
-    return any(isinstance(t, dict) and t.get("key") == DISRUPTED_TAINT["key"]
-               and t.get("effect") == DISRUPTED_TAINT["effect"] for t in _spec(node).get("taints") or [])
+    """Whether the node carries karpenter.sh/disrupted:NoSchedule (the Node view's rule)."""
+    return NodeView.of(node).disrupted
 
 
 # ---- conditions ------------------------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ eviction.py). Which pods go when is decided in controller/termination/drain.py; 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,7 +40,7 @@ class DrainPass:
 class Terminator:
     """Taints and drains nodes; one per controller, its eviction queue shared by every pass."""
 
-    def __init__(self, client: KubeClient, pods_on_node: Callable[[str], list[Obj]], recorder: Recorder) -> None:
+    def __init__(self, client: KubeClient, pods_on_node: Callable[[str], Sequence[Obj]], recorder: Recorder) -> None:
         self.client = client
         self.pods_on_node = pods_on_node
         self.recorder = recorder

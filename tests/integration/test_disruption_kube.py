@@ -400,8 +400,8 @@ def test_budget_metrics_and_blocked_nodepool_event(world: World, pool: str) -> N
 class _NoPools:
     """The provisioner's NodePool view, for tests that hand the loop their own commands."""
 
-    def node_pools(self) -> tuple[list[Any], dict[str, Obj]]:
-        return [], {}
+    def pool_sources(self) -> list[Any]:
+        return []
 
 
 # ---- the snapshot -----------------------------------------------------------------------------------------------

@@ -22,23 +22,26 @@ from controller.interruption.controller import (
     valid_instance_id,
 )
 from controller.kube.errors import KubeError, NotFoundError
+from controller.state.views import NodeClaimView, NodeView
 
 IID = "i-0123456789abcdef0"
 PID = f"aws:///us-east-1a/{IID}"
 
 
 class FakeCluster:
+    """The Cluster's reads the interruption controller makes, as its typed views."""
+
     def __init__(self, claims: list[dict[str, Any]], nodes: list[dict[str, Any]]) -> None:
         self.claims = claims
         self.nodes = nodes
         self.reads = 0
 
-    def nodeclaims(self) -> list[dict[str, Any]]:
+    def nodeclaims(self) -> list[NodeClaimView]:
         self.reads += 1
-        return self.claims
+        return [NodeClaimView(c) for c in self.claims]
 
-    def node_for_provider_id(self, pid: str) -> dict[str, Any] | None:
-        return next((n for n in self.nodes if n["spec"].get("providerID") == pid), None)
+    def node_for_provider_id(self, pid: str) -> NodeView | None:
+        return next((NodeView(n) for n in self.nodes if n["spec"].get("providerID") == pid), None)
 
 
 class FakeClient:

@@ -242,7 +242,8 @@ def test_nodepool_usage_and_limit_series_go_when_the_resource_or_the_pool_does()
 
     w = _world(limits={"cpu": "100", "memory": "1Ti"}, pools=("gauged",))
     w.kube.add(R.NODECLAIMS, {"metadata": {"name": "c1", "labels": {"karpenter.sh/nodepool": "gauged"}},
-                              "spec": {}, "status": {"capacity": {"cpu": "4", "nvidia.com/gpu": "1"}}})
+                              "spec": {}, "status": {"providerID": "aws:///us-east-1a/i-1",
+                                                     "capacity": {"cpu": "4", "nvidia.com/gpu": "1"}}})
     ctl = NodePoolStatusController(w.kube.cluster, w.kube)
     ctl.reconcile("gauged")
     assert _value("karpenter_nodepools_usage", nodepool="gauged", resource_type="cpu") == 4000

@@ -26,6 +26,7 @@ from controller.nodeclaim.disruption import (
 from controller.nodeclaim.expiration import ExpirationController, expires_at, termination_mode
 from controller.nodeclaim.podevents import PodEventsController, pod_event_node
 from controller.provisioning.nodeclaimtemplate import NODEPOOL_HASH_VERSION, nodepool_hash
+from controller.state.views import NodeClaimView
 from tests.unit.kubefake import FakeKube, stamp
 
 T0 = 1_700_000_000.0
@@ -368,7 +369,7 @@ def test_expiration_deletes_at_once_and_counts() -> None:
     assert _sample("karpenter_nodes_disrupted_total", reason="expired", nodepool="general",
                    capacity_type="on-demand") >= 1
     # a pass on a copy from before the delete (the watch has not caught up) deletes and counts nothing more
-    kube.cluster.nodeclaim = lambda name: pre_delete
+    kube.cluster.nodeclaim = lambda name: NodeClaimView(pre_delete)  # the cache holds views
     deletes = sum(1 for w in kube.writes if w[0] == "delete")
     ctl.reconcile("claim-1")
     assert sum(1 for w in kube.writes if w[0] == "delete") == deletes
@@ -387,7 +388,7 @@ def test_which_pod_events_count() -> None:
     assert pod_event_node("MODIFIED", _pod("n"), _pod("n", deletionTimestamp=stamp(T0))) == "n"  # terminating
     assert pod_event_node("DELETED", _pod("n"), None) == "n"
     assert pod_event_node("MODIFIED", _pod("n"), _pod("n")) == ""  # nothing that matters changed
-    ds = _pod("n", ownerReferences=[{"kind": "DaemonSet", "name": "d"}])
+    ds = _pod("n", ownerReferences=[{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "d"}])
     assert pod_event_node("ADDED", None, ds) == ""
 
 

@@ -495,9 +495,10 @@ def test_nodepool_status_resources_and_nodes_follow_its_nodeclaims():
     status = w.kube.get(R.NODEPOOLS, "general")["status"]
     assert status["nodes"] == 0 and status["resources"] == {}
     assert C.is_true(status, "Ready") and C.is_true(status, "NodeClassReady")
-    for name, cpu in (("a", "4"), ("b", "8")):
+    for name, cpu in (("a", "4"), ("b", "8")):  # launched: a provider ID and the instance's capacity
         w.kube.add(R.NODECLAIMS, {"metadata": {"name": name, "labels": {L.NODEPOOL: "general"}}, "spec": {},
-                                  "status": {"capacity": {"cpu": cpu, "memory": f"{int(cpu) * 4}Gi", "pods": "110"}}})
+                                  "status": {"providerID": f"aws:///us-east-1a/i-{name}",
+                                             "capacity": {"cpu": cpu, "memory": f"{int(cpu) * 4}Gi", "pods": "110"}}})
     ctl.reconcile("general")
     status = w.kube.get(R.NODEPOOLS, "general")["status"]
     assert status["nodes"] == 2 and status["resources"] == {"cpu": "12", "memory": "48Gi", "pods": "220"}

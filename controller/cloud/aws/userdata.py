@@ -19,6 +19,7 @@ import yaml
 
 from controller.api import labels as L
 from controller.api.models import Taint
+from controller.api.taints import UNREGISTERED_TAINT
 
 BOUNDARY = "//"
 NODECONFIG_TYPE = "application/node.eks.aws"
@@ -57,9 +58,9 @@ def kubelet_labels(labels: dict[str, str]) -> dict[str, str]:
 def with_unregistered_taint(taints: list[Taint]) -> list[Taint]:
     """The taints a node registers with: the NodeClaim's, then karpenter.sh/unregistered:NoExecute, which
     registration removes once it has synced the Node."""
-    if any(t.key == L.UNREGISTERED_TAINT_KEY for t in taints):
+    if any(UNREGISTERED_TAINT.matches(t) for t in taints):
         return list(taints)
-    return [*taints, Taint(L.UNREGISTERED_TAINT_KEY, "", "NoExecute")]
+    return [*taints, UNREGISTERED_TAINT]
 
 
 @dataclass
