@@ -21,8 +21,8 @@ import contextlib
 import copy
 import logging
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from controller import metrics as M
 from controller.api import conditions as C
@@ -34,6 +34,7 @@ from controller.kube.errors import ConflictError, NotFoundError
 from controller.kube.events import Recorder
 from controller.kube.workqueue import Result
 from controller.state.cluster import Cluster
+from controller.state.views import NodeClaimView, NodeView, ObjectView
 from controller.termination import drain as D
 from controller.termination.eviction import EvictionQueue
 from controller.termination.instance import (
@@ -49,38 +50,16 @@ from controller.termination.terminator import Terminator
 log = logging.getLogger("karpy.termination")
 
 Obj = dict[str, Any]
+V = TypeVar("V", bound=ObjectView)
 
 
-def meta(obj: Obj | None) -> Obj:
-    """An object's metadata ({} when it has none)."""
-    return (obj or {}).get("metadata") or {}
-
-
-def name_of(obj: Obj | None) -> str:
-    """An object's name."""
-    return str(meta(obj).get("name") or "")
-
-
-def labels_of(obj: Obj | None) -> dict[str, str]:
-    """A copy of an object's labels."""
-    return dict(meta(obj).get("labels") or {})
-
-
-def deleting(obj: Obj | None) -> bool:
-    """Whether the object has a deletionTimestamp."""
-    return bool(meta(obj).get("deletionTimestamp"))
-
-
-def read(client: KubeClient, res: R.Resource, name: str) -> Obj | None:
-    """A fresh read of a cluster-scoped object (None when it is gone): every pass starts from the API's view."""
+def read(client: KubeClient, res: R.Resource, name: str, view: type[V]) -> V | None:
+    """A fresh read of a cluster-scoped object as its typed view (None when it is gone): every pass starts from the
+    API's copy, not the informer's."""
     try:
-        return client.get(res, name)
+        return view.of(client.get(res, name))
     except NotFoundError:
         return None
-
-
-def _node_provider_id(node: Obj) -> str:
-    return str((node.get("spec") or {}).get("providerID") or "")
 
 
 def pretty_names(names: list[str], limit: int = 5) -> str:
@@ -89,10 +68,10 @@ def pretty_names(names: list[str], limit: int = 5) -> str:
     return shown if len(names) <= limit else f"{shown} and {len(names) - limit} other(s)"
 
 
-def eviction_reason(claim: Obj | None) -> str:
+def eviction_reason(claim: Mapping[str, Any] | None) -> str:
     """Why pods are evicted, for the Evicted event and pods_drained_total: the NodeClaim's DisruptionReason, else
     Karpenter's "Forceful Termination"."""
-    cond = D.get_condition((claim or {}).get("status"), DISRUPTION_REASON)
+    cond = NodeClaimView.of(claim).condition(DISRUPTION_REASON) if claim is not None else None
     if cond is not None and cond.get("status") == "True" and cond.get("reason"):
         return str(cond["reason"])
     return "Forceful Termination"
@@ -117,27 +96,27 @@ class TerminationController:
 
     def reconcile(self, name: str) -> Result:
         """One pass over a Node: nothing unless it is deleted and still carries the termination finalizer."""
-        node = read(self.client, R.NODES, name)
-        if node is None or not deleting(node) or L.TERMINATION_FINALIZER not in (meta(node).get("finalizers") or []):
+        node = read(self.client, R.NODES, name, NodeView)
+        if node is None or not node.deleting or L.TERMINATION_FINALIZER not in node.finalizers:
             return Result()
         extra: Obj = {"controller": "node.termination", "Node": {"name": name}}
-        pid = _node_provider_id(node)
+        pid = node.provider_id
         claim = self._nodeclaim(pid)
         if claim is not None:
-            extra["NodeClaim"] = {"name": name_of(claim)}
-            if not deleting(claim):
+            extra["NodeClaim"] = {"name": claim.name}
+            if not claim.deleting:
                 with contextlib.suppress(NotFoundError):
-                    self.client.delete(R.NODECLAIMS, name_of(claim))
+                    self.client.delete(R.NODECLAIMS, claim.name)
                 claim = self._nodeclaim(pid)
         # the kubelet is not running and the instance is gone: nothing is left to drain or terminate
-        if not C.node_ready(node) and pid and instance_gone(self.cloud, pid):
+        if not node.ready and pid and instance_gone(self.cloud, pid):
             self._remove_finalizer(node, extra)
             return Result()
         deadline = D.termination_deadline(claim)
         if claim is not None and deadline is not None:
+            expiring = claim.annotations.get(L.NODECLAIM_TERMINATION_TIMESTAMP)
             self.recorder.publish(node, "Warning", "TerminationGracePeriodExpiring",
-                                  "All pods will be deleted by "
-                                  f"{(meta(claim).get('annotations') or {}).get(L.NODECLAIM_TERMINATION_TIMESTAMP)}")
+                                  f"All pods will be deleted by {expiring}")
         try:
             node = self.terminator.taint(node, extra)
         except NotFoundError:
@@ -146,9 +125,9 @@ class TerminationController:
             return Result(requeue_after=0.1)
 
         now = self.clock()
-        stored = copy.deepcopy((claim or {}).get("status") or {})
+        stored = copy.deepcopy(dict(claim.status)) if claim is not None else {}
         status = copy.deepcopy(stored)
-        generation = meta(claim).get("generation") if claim is not None else None
+        generation = claim.metadata.get("generation") if claim is not None else None
         result = self._await_drain(node, claim, status, deadline, now, extra)
         if result is None:
             result = self._await_volume_detachment(node, claim is not None, status, deadline, now, generation)
@@ -161,18 +140,18 @@ class TerminationController:
                 return patched
             # counted once, after the condition that says so is written (never for a Node without a NodeClaim)
             if not C.is_true(stored, DRAINED) and C.is_true(status, DRAINED):
-                M.NODES_DRAINED.labels(nodepool=labels_of(node).get(L.NODEPOOL, "")).inc()
+                M.NODES_DRAINED.labels(nodepool=node.nodepool).inc()
         if result is not None:
             return result
         self._remove_finalizer(node, extra)
         return Result()
 
     # ---- the steps, in Karpenter's order -----------------------------------------------------------------------
-    def _await_drain(self, node: Obj, claim: Obj | None, status: Obj, deadline: float | None, now: float,
-                     extra: Obj) -> Result | None:
+    def _await_drain(self, node: NodeView, claim: NodeClaimView | None, status: Obj, deadline: float | None,
+                     now: float, extra: Obj) -> Result | None:
         """One drain pass; None once the node is drained (and, with a NodeClaim, Drained has been Unknown for the
         minimum drain time), else when to look again."""
-        generation = meta(claim).get("generation") if claim is not None else None
+        generation = claim.metadata.get("generation") if claim is not None else None
         if claim is not None and D.get_condition(status, DRAINED) is None:
             D.set_condition(status, DRAINED, "Unknown", "Draining", "Draining", now, generation)
         drain = self.terminator.drain(node, deadline, now, eviction_reason(claim), extra)
@@ -192,10 +171,10 @@ class TerminationController:
         D.set_condition(status, DRAINED, "True", DRAINED, "", now, generation)
         return None
 
-    def _await_volume_detachment(self, node: Obj, has_claim: bool, status: Obj, deadline: float | None, now: float,
+    def _await_volume_detachment(self, node: NodeView, has_claim: bool, status: Obj, deadline: float | None, now: float,
                                  generation: int | None) -> Result | None:
         """Wait for the node's VolumeAttachments to go (those of undrainable pods excepted), until the deadline."""
-        node_name = name_of(node)
+        node_name = node.name
         on_node = self.cluster.volume_attachments_on_node(node_name)  # an indexed informer, no list per pass
         ignored: set[str] = set()
         if on_node:
@@ -212,7 +191,7 @@ class TerminationController:
         if deadline is None or now <= deadline:
             self.recorder.publish(node, "Normal", "AwaitingVolumeDetachment",
                                   "Awaiting deletion of bound volumeattachments "
-                                  f"({pretty_names([name_of(va) for va in blocking])})")
+                                  f"({pretty_names([ObjectView.of(va).name for va in blocking])})")
             if has_claim:
                 D.set_condition(status, VOLUMES_DETACHED, "Unknown", "AwaitingVolumeDetachment",
                                 "AwaitingVolumeDetachment", now, generation)
@@ -222,33 +201,32 @@ class TerminationController:
                             "TerminationGracePeriodElapsed", now, generation)
         return None
 
-    def _remove_finalizer(self, node: Obj, extra: Obj) -> None:
+    def _remove_finalizer(self, node: NodeView, extra: Obj) -> None:
         """Drop karpenter.sh/termination from the Node (a strategic merge patch removes just that entry), then log
         and count it: its termination took from its deletion until now."""
         try:
-            self.client.patch(R.NODES, name_of(node),
+            self.client.patch(R.NODES, node.name,
                               {"metadata": {"$deleteFromPrimitiveList/finalizers": [L.TERMINATION_FINALIZER]}},
                               patch_type="strategic")
         except NotFoundError:  # someone else let it go
             return
-        labels = labels_of(node)
         now = self.clock()
-        M.NODES_TERMINATED.labels(nodepool=labels.get(L.NODEPOOL, ""), zone=labels.get(L.ZONE, "")).inc()
-        deleted = D.parse_time(meta(node).get("deletionTimestamp"))
+        M.NODES_TERMINATED.labels(nodepool=node.nodepool, zone=node.labels.get(L.ZONE, "")).inc()
+        deleted = node.deletion_timestamp
         if deleted is not None:
-            M.NODES_TERMINATION_DURATION.labels(nodepool=labels.get(L.NODEPOOL, "")).observe(max(now - deleted, 0.0))
-        created = D.parse_time(meta(node).get("creationTimestamp"))
+            M.NODES_TERMINATION_DURATION.labels(nodepool=node.nodepool).observe(max(now - deleted, 0.0))
+        created = node.created
         if created is not None:
-            M.NODES_LIFETIME_DURATION.labels(nodepool=labels.get(L.NODEPOOL, "")).observe(max(now - created, 0.0))
+            M.NODES_LIFETIME_DURATION.labels(nodepool=node.nodepool).observe(max(now - created, 0.0))
         log.info("deleted node", extra=extra)
 
     # ---- plumbing ----------------------------------------------------------------------------------------------
-    def _nodeclaim(self, pid: str) -> Obj | None:
+    def _nodeclaim(self, pid: str) -> NodeClaimView | None:
         """The Node's NodeClaim, found by providerID in the cache and read fresh."""
         cached = self.cluster.nodeclaim_for_provider_id(pid) if pid else None
         if cached is None:
             return None
-        claim = read(self.client, R.NODECLAIMS, name_of(cached))
-        if claim is None or str((claim.get("status") or {}).get("providerID") or "") not in ("", pid):
+        claim = read(self.client, R.NODECLAIMS, cached.name, NodeClaimView)
+        if claim is None or claim.provider_id not in ("", pid):
             return None
         return claim

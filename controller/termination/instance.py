@@ -5,6 +5,7 @@ both mark the NodeClaim InstanceTerminating."""
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 from typing import Any
 
 from controller.api import conditions as C
@@ -14,6 +15,7 @@ from controller.kube import resources as R
 from controller.kube.client import KubeClient
 from controller.kube.errors import ConflictError, NotFoundError
 from controller.kube.workqueue import Result
+from controller.state.views import NodeClaimView
 from controller.termination import drain as D
 
 Obj = dict[str, Any]
@@ -43,15 +45,15 @@ def terminate_instance(cloud: CloudProvider, pid: str, status: Obj, now: float, 
     return instance_gone(cloud, pid)
 
 
-def write_conditions(client: KubeClient, claim: Obj, status: Obj) -> Obj | Result | None:
+def write_conditions(client: KubeClient, claim: Mapping[str, Any], status: Obj) -> NodeClaimView | Result | None:
     """Write the NodeClaim's conditions to the status subresource, locked on the resourceVersion read at the start of
     the pass (a merge patch replaces the whole list); the NodeClaim as written, None when it is gone, or a requeue
     when another writer moved first."""
-    meta = claim.get("metadata") or {}
-    body = {"metadata": {"resourceVersion": meta.get("resourceVersion")},
+    view = NodeClaimView.of(claim)
+    body = {"metadata": {"resourceVersion": view.resource_version or None},
             "status": {"conditions": status.get("conditions") or []}}
     try:
-        return client.patch(R.NODECLAIMS, str(meta.get("name")), body, subresource="status")
+        return NodeClaimView.of(client.patch(R.NODECLAIMS, view.name, body, subresource="status"))
     except NotFoundError:
         return None
     except ConflictError:

@@ -12,6 +12,7 @@ from controller.cloud.errors import NodeClaimNotFoundError
 from controller.kube import resources as R
 from controller.kube.errors import ConflictError, InvalidError, NotFoundError
 from controller.nodeclaim.termination import NodeClaimTerminationController
+from controller.state.views import NodeClaimView, NodeView, PodView
 from controller.termination import drain as D
 from controller.termination.controller import TerminationController
 
@@ -106,20 +107,22 @@ class FakeAPI:
 
 
 class FakeState:
-    """The Cluster reads the termination controllers make, straight from the FakeAPI."""
+    """The Cluster reads the termination controllers make, straight from the FakeAPI, as the Cluster's informers
+    give them: Pods, Nodes and NodeClaims as typed views."""
 
     def __init__(self, api: FakeAPI) -> None:
         self.api = api
 
-    def pods_on_node(self, node: str) -> list[dict[str, Any]]:
-        return [o for (p, _, _), o in self.api.objects.items() if p == "pods" and o["spec"].get("nodeName") == node]
+    def pods_on_node(self, node: str) -> list[PodView]:
+        return [PodView(o) for (p, _, _), o in self.api.objects.items()
+                if p == "pods" and o["spec"].get("nodeName") == node]
 
-    def node_for_provider_id(self, pid: str) -> dict[str, Any] | None:
-        return next((o for (p, _, _), o in self.api.objects.items()
+    def node_for_provider_id(self, pid: str) -> NodeView | None:
+        return next((NodeView(o) for (p, _, _), o in self.api.objects.items()
                      if p == "nodes" and o["spec"].get("providerID") == pid), None)
 
-    def nodeclaim_for_provider_id(self, pid: str) -> dict[str, Any] | None:
-        return next((o for (p, _, _), o in self.api.objects.items()
+    def nodeclaim_for_provider_id(self, pid: str) -> NodeClaimView | None:
+        return next((NodeClaimView(o) for (p, _, _), o in self.api.objects.items()
                      if p == "nodeclaims" and (o.get("status") or {}).get("providerID") == pid), None)
 
     def volume_attachments_on_node(self, node: str) -> list[dict[str, Any]]:
