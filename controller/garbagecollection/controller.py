@@ -29,7 +29,7 @@ from controller.kube import resources as R
 from controller.kube.client import KubeClient
 from controller.kube.errors import ConflictError, NotFoundError
 from controller.state.cluster import Cluster
-from controller.state.views import NodeView
+from controller.state.views import NodeClaimView, NodeView
 
 log = logging.getLogger("karpy.garbagecollection")
 
@@ -119,11 +119,10 @@ class GarbageCollector:
         if not m.nodeclaim:
             return False
         try:
-            claim = self.client.get(R.NODECLAIMS, m.nodeclaim)
+            claim = NodeClaimView.of(self.client.get(R.NODECLAIMS, m.nodeclaim))
         except NotFoundError:
             return False
-        pid = str((claim.get("status") or {}).get("providerID") or "")
-        return pid in ("", m.provider_id)
+        return claim.provider_id in ("", m.provider_id)
 
     # ---- NodeClaims without instances --------------------------------------------------------------------------
     def _collect_nodeclaims(self, live: set[str]) -> None:
@@ -169,16 +168,16 @@ class GarbageCollector:
         except NotFoundError:
             return
         try:
-            fresh = self.client.get(R.NODES, name)
+            fresh = NodeView.of(self.client.get(R.NODES, name))
         except NotFoundError:
             self.collected[NODES] += 1
             return
-        finalizers = list(fresh["metadata"].get("finalizers") or [])
+        finalizers = fresh.finalizers
         if L.TERMINATION_FINALIZER in finalizers:
             finalizers.remove(L.TERMINATION_FINALIZER)
             try:
                 self.client.patch(R.NODES, name, {"metadata": {
-                    "finalizers": finalizers, "resourceVersion": fresh["metadata"].get("resourceVersion")}})
+                    "finalizers": finalizers, "resourceVersion": fresh.resource_version or None}})
             except (NotFoundError, ConflictError):
                 return  # gone already, or changed: the next pass looks again
         self.collected[NODES] += 1
