@@ -254,3 +254,9 @@ def silence_libraries() -> None:
     warnings.simplefilter("ignore")
     for name in LIBRARY_LOGGERS:
         logging.getLogger(name).setLevel(logging.CRITICAL + 1)
+
+
+def pretty_names(names: Sequence[str], limit: int = 5) -> str:
+    """Up to `limit` names, then how many more, as Karpenter's pretty.Slice prints a list in a message."""
+    shown = ", ".join(names[:limit])
+    return shown if len(names) <= limit else f"{shown} and {len(names) - limit} other(s)"

@@ -66,11 +66,13 @@ def node_ready(node: dict[str, Any] | None) -> bool:
     return is_true((node or {}).get("status"), "Ready")
 
 
-def parse_time(value: str | None) -> float | None:
-    """An RFC 3339 timestamp as epoch seconds (None when absent or malformed)."""
-    if not value:
+def parse_time(value: Any) -> float | None:
+    """An RFC 3339 timestamp as epoch seconds (None when absent, not a string or malformed; one without a zone is
+    read as UTC, as the API writes every time)."""
+    if not value or not isinstance(value, str):
         return None
     try:
-        return dt.datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         return None
+    return (parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=dt.UTC)).timestamp()

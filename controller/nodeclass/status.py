@@ -35,6 +35,7 @@ from controller.kube.client import KubeClient
 from controller.kube.errors import NotFoundError
 from controller.kube.events import Recorder
 from controller.kube.workqueue import Result
+from controller.logs import pretty_names
 from controller.nodeclass.hash import reconcile_hash
 from controller.nodeclass.validation import DryRunValidator, TransientValidationError
 from controller.state.cluster import Cluster
@@ -65,12 +66,6 @@ class _Outcome:
     ready: bool
     reason: str = ""
     message: str = ""
-
-
-def pretty_names(names: list[str], limit: int = 5) -> str:
-    """Up to `limit` names, then how many more (Karpenter's PrettySlice)."""
-    shown = ", ".join(names[:limit])
-    return shown if len(names) <= limit else f"{shown} and {len(names) - limit} other(s)"
 
 
 def _compact(entry: dict[str, Any]) -> dict[str, Any]:

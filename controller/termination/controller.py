@@ -33,6 +33,7 @@ from controller.kube.client import KubeClient
 from controller.kube.errors import ConflictError, NotFoundError
 from controller.kube.events import Recorder
 from controller.kube.workqueue import Result
+from controller.logs import pretty_names
 from controller.state.cluster import Cluster
 from controller.state.views import NodeClaimView, NodeView, ObjectView
 from controller.termination import drain as D
@@ -60,12 +61,6 @@ def read(client: KubeClient, res: R.Resource, name: str, view: type[V]) -> V | N
         return view.of(client.get(res, name))
     except NotFoundError:
         return None
-
-
-def pretty_names(names: list[str], limit: int = 5) -> str:
-    """Up to `limit` names, then how many more (as Karpenter's pretty.Slice)."""
-    shown = ", ".join(names[:limit])
-    return shown if len(names) <= limit else f"{shown} and {len(names) - limit} other(s)"
 
 
 def eviction_reason(claim: Mapping[str, Any] | None) -> str:

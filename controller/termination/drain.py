@@ -3,7 +3,6 @@ which tier, the terminationGracePeriod deadline, the per-pod eviction backoff an
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,19 +39,7 @@ TIER_NAMES = ("non-critical", "non-critical daemon", "critical", "critical daemo
 
 # ---- time ------------------------------------------------------------------------------------------------------
 
-def parse_time(value: Any) -> float | None:
-    """An RFC 3339 timestamp as epoch seconds (None when absent or malformed)."""
-    if not value or not isinstance(value, str):
-        return None
-    try:
-        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=dt.UTC)
-    return parsed.timestamp()
-
-
+parse_time = C.parse_time  # RFC 3339 -> epoch seconds (None when absent or malformed; no zone read as UTC)
 format_time = C.format_time  # epoch seconds as RFC 3339 in UTC, second precision (as Go's time.RFC3339 writes)
 
 

@@ -95,3 +95,16 @@ spec:
     [doc] = parse_documents(text, "nc.yaml")
     errors = [str(e) for e in validate_document(doc)]
     assert len(errors) == 1 and "nodefs.available" in errors[0] and "negative" in errors[0], errors
+
+
+def test_times_and_name_lists_have_one_reading() -> None:
+    """One RFC 3339 reader (a time without a zone is UTC, as the API writes every time) and one pretty.Slice."""
+    from controller.api import conditions as C
+    from controller.logs import pretty_names
+    from controller.termination import drain as D
+
+    assert D.parse_time is C.parse_time
+    assert C.parse_time("2026-01-01T00:00:00") == C.parse_time("2026-01-01T00:00:00Z") == 1767225600.0
+    assert C.parse_time(12) is None and C.parse_time("soon") is None
+    assert pretty_names([f"n{i}" for i in range(7)]) == "n0, n1, n2, n3, n4 and 2 other(s)"
+    assert pretty_names(["a", "b"]) == "a, b"
