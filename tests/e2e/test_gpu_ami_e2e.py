@@ -8,10 +8,11 @@ What is stood in, and why: AWS publishes the EKS optimized AMI ids as public SSM
 `/aws/service/eks/optimized-ami/...`, and LocalStack refuses to store parameters under `/aws/service/`. The
 controller's AWS endpoint is therefore tests/e2e/ssmproxy.py, a pass-through proxy to LocalStack that answers SSM
 reads of `/aws/service/` names itself: the AL2023 x86_64 `standard` and `nvidia` `recommended/image_id` parameters of
-the cluster's Kubernetes version name two images registered in LocalStack for this test (distinct names), every
-other `/aws/service/` name (neuron, arm64) is ParameterNotFound, as for a variant AWS does not publish. Everything
-else (DescribeImages, DescribeInstanceTypes, launch templates, CreateFleet, DescribeInstances...) is LocalStack's.
-The e2e kubelet stand-in registers each node with its NodeClaim's capacity, nvidia.com/gpu included."""
+the cluster's Kubernetes version name two images made in LocalStack for this test (CopyImage of the world's image,
+distinct names: LocalStack's RegisterImage records no architecture); every other `/aws/service/` name (neuron, arm64)
+is ParameterNotFound, as for a variant AWS does not publish. Everything else (DescribeImages, DescribeInstanceTypes,
+launch templates, CreateFleet, DescribeInstances...) is LocalStack's. The e2e kubelet stand-in registers each node
+with its NodeClaim's capacity, nvidia.com/gpu included."""
 
 from __future__ import annotations
 
