@@ -18,7 +18,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Self
 from xml.sax.saxutils import escape
 
 HOP = {"host", "content-length", "connection", "transfer-encoding", "accept-encoding"}
@@ -61,6 +61,14 @@ class EC2Proxy:
     def stop(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+    def __enter__(self) -> Self:
+        """Serving while in the with block."""
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
     def handle(self, req: BaseHTTPRequestHandler, body: bytes) -> None:
         form: dict[str, list[str]] = {}
