@@ -4,8 +4,8 @@ kubelets register with the labels their user data gives them (read back from the
 registration applies the restricted ones through the API. Bottlerocket's settings carry the cluster DNS address
 derived from the control plane's own kubernetes Service (LocalStack does not serve EKS DescribeCluster).
 
-The GPU-pod-gets-the-nvidia-image case needs the public /aws/service/... alias parameters, which LocalStack refuses
-to store; it runs against LocalStack's SSM in tests/integration/test_aws_bootstrap_localstack.py instead."""
+The GPU-pod-gets-the-nvidia-image case is tests/e2e/test_gpu_ami_e2e.py (the public /aws/service/... alias parameters,
+which LocalStack refuses to store, served there by a proxy in front of it)."""
 
 from __future__ import annotations
 
