@@ -141,6 +141,18 @@ def daemonset_controller(pod: Obj) -> str:
     return PodView.of(pod).daemonset_uid
 
 
+def _reindex(forward: dict[str, str], reverse: dict[str, set[str]], key: str, value: str) -> None:
+    """Move key to value ("" for none) in a forward map and its reverse index, dropping emptied index entries."""
+    prev = forward.pop(key, "")
+    if prev:
+        reverse[prev].discard(key)
+        if not reverse[prev]:
+            del reverse[prev]
+    if value:
+        forward[key] = value
+        reverse[value].add(key)
+
+
 class InformerView(Mapping[Any, Obj]):
     """An informer's store read as a mapping, keyed as the caller keys it (e.g. (namespace, name) for claims): the
     scheduler's inputs read the live cache without copying it."""
@@ -231,22 +243,8 @@ class Cluster:
         node = "" if gone or new is None else str((new.get("spec") or {}).get("nodeName") or "")
         owner = "" if gone or new is None else daemonset_controller(new)
         with self._lock:
-            prev = self._pod_node.pop(key, "")
-            if prev:
-                self._pods_by_node[prev].discard(key)
-                if not self._pods_by_node[prev]:
-                    del self._pods_by_node[prev]
-            if node:
-                self._pod_node[key] = node
-                self._pods_by_node[node].add(key)
-            prev_owner = self._pod_daemonset.pop(key, "")
-            if prev_owner:
-                self._pods_by_daemonset[prev_owner].discard(key)
-                if not self._pods_by_daemonset[prev_owner]:
-                    del self._pods_by_daemonset[prev_owner]
-            if owner:
-                self._pod_daemonset[key] = owner
-                self._pods_by_daemonset[owner].add(key)
+            _reindex(self._pod_node, self._pods_by_node, key, node)
+            _reindex(self._pod_daemonset, self._pods_by_daemonset, key, owner)
             if not gone and new is not None and is_provisionable(new):
                 self._provisionable.add(key)
             else:
