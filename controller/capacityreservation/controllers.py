@@ -17,7 +17,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from controller.api import labels as L
@@ -33,7 +33,7 @@ RESERVATION_LABELS = (L.CAPACITY_RESERVATION_ID, L.CAPACITY_RESERVATION_TYPE, L.
 Obj = dict[str, Any]
 
 
-def _demoted(labels: dict[str, str]) -> dict[str, str | None]:
+def _demoted(labels: Mapping[str, str]) -> dict[str, str | None]:
     """The merge-patch labels of a reserved object become on-demand: capacity type on-demand, reservation labels
     removed."""
     return {L.CAPACITY_TYPE: L.CAPACITY_TYPE_ON_DEMAND, **{k: None for k in RESERVATION_LABELS if k in labels}}
@@ -70,33 +70,26 @@ class CapacityTypeController:
         capacity = {m.provider_id: m.capacity_type for m in self.cloud.list()}
         updated: list[str] = []
         for claim in self.cluster.nodeclaims():
-            meta = claim.get("metadata") or {}
-            pid = str((claim.get("status") or {}).get("providerID") or "")
-            if meta.get("deletionTimestamp") or capacity.get(pid) != L.CAPACITY_TYPE_ON_DEMAND:
+            if claim.deleting or capacity.get(claim.provider_id) != L.CAPACITY_TYPE_ON_DEMAND:
                 continue
             changed = False
-            labels = dict(meta.get("labels") or {})
-            if labels.get(L.CAPACITY_TYPE) == L.CAPACITY_TYPE_RESERVED:
+            if claim.labels.get(L.CAPACITY_TYPE) == L.CAPACITY_TYPE_RESERVED:
                 try:
-                    self.client.patch(R.NODECLAIMS, meta["name"], {"metadata": {"labels": _demoted(labels)}})
+                    self.client.patch(R.NODECLAIMS, claim.name, {"metadata": {"labels": _demoted(claim.labels)}})
                     changed = True
                 except NotFoundError:
                     continue
-            for node in self.cluster.nodes():
-                nmeta = node.get("metadata") or {}
-                nlabels = dict(nmeta.get("labels") or {})
-                # a Node not registered yet gets the NodeClaim's labels at registration: the next pass sees it
-                if ((node.get("spec") or {}).get("providerID") != pid or nmeta.get("deletionTimestamp")
-                        or nlabels.get(L.REGISTERED) != "true"
-                        or nlabels.get(L.CAPACITY_TYPE) != L.CAPACITY_TYPE_RESERVED):
-                    continue
+            node = self.cluster.node_for_provider_id(claim.provider_id)
+            # a Node not registered yet gets the NodeClaim's labels at registration: the next pass sees it
+            if node is not None and not node.deleting and node.labels.get(L.REGISTERED) == "true" \
+                    and node.labels.get(L.CAPACITY_TYPE) == L.CAPACITY_TYPE_RESERVED:
                 try:
-                    self.client.patch(R.NODES, nmeta["name"], {"metadata": {"labels": _demoted(nlabels)}})
+                    self.client.patch(R.NODES, node.name, {"metadata": {"labels": _demoted(node.labels)}})
                     changed = True
                 except NotFoundError:
-                    continue
+                    pass
             if changed:
-                updated.append(str(meta["name"]))
+                updated.append(claim.name)
         if updated:
             log.info("updated capacity type for nodeclaims", extra={"controller": self.name,
                                                                      "NodeClaims": ", ".join(updated[:20])})
@@ -121,25 +114,24 @@ class ExpirationController:
 
     def run_once(self) -> list[str]:
         """One pass; the NodeClaims deleted."""
-        claims = [c for c in self.cluster.nodeclaims() if (c["metadata"].get("labels") or {}).get(
-            L.CAPACITY_RESERVATION_ID) and not c["metadata"].get("deletionTimestamp")]
+        claims = [c for c in self.cluster.nodeclaims() if c.labels.get(L.CAPACITY_RESERVATION_ID) and not c.deleting]
         if not claims:
             return []
-        ids = sorted({c["metadata"]["labels"][L.CAPACITY_RESERVATION_ID] for c in claims})
+        ids = sorted({c.labels[L.CAPACITY_RESERVATION_ID] for c in claims})
         now = self.now()
         expiring = {e["id"] for e in capacityreservations.resolve(self.ec2, [{"id": i} for i in ids], now)
                     if e["state"] == "expiring"}
         deleted: list[str] = []
         for c in claims:
-            rid = c["metadata"]["labels"][L.CAPACITY_RESERVATION_ID]
+            rid = c.labels[L.CAPACITY_RESERVATION_ID]
             if rid not in expiring:
                 continue
             try:
-                self.client.delete(R.NODECLAIMS, c["metadata"]["name"])
+                self.client.delete(R.NODECLAIMS, c.name)
             except NotFoundError:
                 continue
-            deleted.append(c["metadata"]["name"])
+            deleted.append(c.name)
             log.info("initiating delete for capacity block expiration", extra={
-                "controller": self.name, "NodeClaim": {"name": c["metadata"]["name"]},
+                "controller": self.name, "NodeClaim": {"name": c.name},
                 "capacity-reservation-id": rid})
         return deleted
