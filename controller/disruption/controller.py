@@ -209,8 +209,7 @@ class DisruptionController:
                 M.NODEPOOLS_ALLOWED_DISRUPTIONS.labels(nodepool=pool, reason=reason.lower()).set(allowed)
                 M.NODEPOOLS_NODES_CONSUMING_BUDGETS.labels(nodepool=pool, reason=reason.lower()).set(
                     mapping.consuming.get(pool, 0))
-                nodepool = self.cluster.nodepool(pool)
-                if allowed == 0 and mapping.nodes.get(pool) and nodepool is not None:
+                if allowed == 0 and mapping.nodes.get(pool) and (nodepool := self.cluster.nodepool(pool)) is not None:
                     E.publish(self.recorder, E.nodepool_blocked(nodepool, reason))
         for method, n in result.eligible.items():
             M.DISRUPTION_ELIGIBLE_NODES.labels(reason=METHOD_REASON.get(method, method.lower())).set(n)

@@ -94,9 +94,6 @@ class _Pass:
         self.out.blocked.extend(self.cands.blocked)
         self.out.budgets = {r: budget_mapping(snapshot, self.cands, r) for r in REASONS}
         self.budgets = {r: m.remaining for r, m in self.out.budgets.items()}
-        for reason, per_pool in self.budgets.items():
-            for pool, n in per_pool.items():
-                self.out.allowed[(pool, reason)] = n
         self._sim: simulation.Simulation | None = None
 
     @property

@@ -195,7 +195,11 @@ class Pass:
     expired: list[Expired] = field(default_factory=list)
     blocked: list[Blocked] = field(default_factory=list)
     eligible: dict[str, int] = field(default_factory=dict)  # per method: candidates it could consider
-    allowed: dict[tuple[str, str], int] = field(default_factory=dict)  # (nodepool, reason) -> disruptions left now
-    budgets: dict[str, BudgetMapping] = field(default_factory=dict)  # reason -> the budgets behind `allowed`
+    budgets: dict[str, BudgetMapping] = field(default_factory=dict)  # reason -> its budgets per NodePool
     timeouts: list[str] = field(default_factory=list)  # methods that hit their timeout this pass
     evaluation_seconds: dict[str, float] = field(default_factory=dict)  # per method
+
+    @property
+    def allowed(self) -> dict[tuple[str, str], int]:
+        """(nodepool, reason) -> the disruptions its budgets still allow in this pass."""
+        return {(pool, reason): n for reason, m in self.budgets.items() for pool, n in m.remaining.items()}

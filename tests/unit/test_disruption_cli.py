@@ -18,7 +18,7 @@ from controller.api import conditions as C
 from controller.catalog.snapshot import load_catalog
 from controller.disruption.documents import DisruptionInput, parse_now
 from controller.disruption.render import DisruptionResult, DriftEntry, render, to_dict
-from controller.disruption.types import Blocked, Candidate, Command, Expired, Pass, Replacement, Snapshot
+from controller.disruption.types import Blocked, BudgetMapping, Candidate, Command, Expired, Pass, Replacement, Snapshot
 from controller.ops.output import API_VERSION
 from controller.scheduling.nodeclaim import PlannedNodeClaim
 from controller.scheduling.requirements import Requirements
@@ -58,7 +58,7 @@ def test_the_plan_document_has_every_field_of_a_command():
     p = Pass(method="SingleNodeConsolidation", commands=[cmd], expired=[Expired("old", "node-old", "general")],
              blocked=[Blocked("claim-9", "node-9", "pdb prevents pod evictions"),
                       Blocked("claim-8", "node-8", "pass says something else")],
-             allowed={("general", "Underutilized"): 2})
+             budgets={"Underutilized": BudgetMapping(remaining={"general": 2})})
     doc = to_dict(_result(p, blocked=[Blocked("claim-8", "node-8", 'NodePool "x" is not in the input')]))
     assert doc["apiVersion"] == API_VERSION and doc["kind"] == "DisruptionPlan"
     assert doc["now"] == SATURDAY and doc["method"] == "SingleNodeConsolidation"
