@@ -38,7 +38,7 @@ from controller.scheduling.policies import solve
 from controller.scheduling.policies import without_preferences as without_preferences  # re-exported
 from controller.scheduling.reservations import STRICT
 from controller.scheduling.scheduler import Plan
-from controller.scheduling.types import ExistingNode, SchedNodePool
+from controller.scheduling.types import ExistingNode
 from controller.settings import format_duration
 from controller.state.cluster import Cluster
 from controller.state.views import NodeClaimView, NodeView, PodView
@@ -282,14 +282,6 @@ class Provisioner:
 
         return self.cluster.nodepool_usage(unlaunched)
 
-    def node_pools(self) -> tuple[list[SchedNodePool], dict[str, dict[str, Any]]]:
-        """NodePools as the scheduler sees them (with the reason a pool is not usable), and their manifests."""
-        sources = self.pool_sources()
-        built = inputs.scheduler_inputs(nodes=(), pods=(), pools=lambda: sources, screen=False)
-        self._log_issues(built.issues)
-        manifests = {str(s.manifest["metadata"]["name"]): s.manifest for s in sources}
-        return built.pools, {p.name: manifests[p.name] for p in built.pools}
-
     def pool_sources(self) -> list[inputs.PoolSource]:
         """The NodePools that may launch for pods (not being deleted, not static), each with its NodeClass's instance
         types from the cloud provider, what it uses against its limits and why it cannot launch ("" when it can)."""
@@ -342,12 +334,6 @@ class Provisioner:
             out.append(inputs.NodeSource(node=None, nodeclaim=claim,
                                          allocatable=allocatable or self._expected_allocatable(claim)))
         return out
-
-    def existing_nodes(self) -> list[ExistingNode]:
-        """Nodes that may take pods, then NodeClaims in flight, as the scheduler sees them."""
-        built = inputs.scheduler_inputs(nodes=self.node_sources(), pods=(), pools=list, convert_bound=self._pod)
-        self._log_issues(built.issues)
-        return built.existing
 
     def _log_issues(self, issues: list[inputs.InputIssue]) -> None:
         """Objects left out of a pass (a bound pod that cannot be read still holds its place on its node)."""

@@ -43,8 +43,7 @@ def test_an_invalid_nodepool_is_reported_and_not_used(kube):
         assert good.get("status") == "True"
 
         provisioner = Provisioner(cluster, kc, FakeCloudProvider(), Recorder(kc))
-        pools, _ = provisioner.node_pools()
-        why = {p.name: p.not_ready_reason for p in pools}
+        why = {s.manifest["metadata"]["name"]: s.not_ready for s in provisioner.pool_sources()}
         assert why["invalid-labels"].startswith("NodePool validation failed: ")
         assert "NodePool validation failed" not in why["valid-labels"]
     finally:

@@ -13,6 +13,7 @@ from controller.catalog.types import InstanceType, Offering
 from controller.kube import resources as R
 from controller.provisioning import inputs
 from controller.provisioning.pdb import PdbLimits, is_reschedulable
+from controller.provisioning.provisioner import Provisioner
 from tests.unit.kubefake import stamp
 from tests.unit.test_provisioning import GI, _claims, _node_with_pods, _pending, _world
 
@@ -261,14 +262,19 @@ def test_no_provisionable_log_when_nothing_is_created_and_no_event_for_pods_avoi
 
 # ---- the bound-pod cache ---------------------------------------------------------------------------------------
 
+def _read_nodes(prov: Provisioner) -> None:
+    """The nodes and their bound pods read as a pass reads them (bound pods through the provisioner's cache)."""
+    inputs.scheduler_inputs(nodes=prov.node_sources(), pods=(), pools=list, convert_bound=prov._pod)
+
+
 def test_the_bound_pod_cache_forgets_deleted_pods_and_old_versions():
     w = _world()
     _node_with_pods(w.kube, "n1", 3)
-    w.prov.existing_nodes()
+    _read_nodes(w.prov)
     cached = len(w.prov._pods)
     assert cached == 4  # three pods and the DaemonSet's
     w.kube.patch(R.PODS, "n1-p0", {"metadata": {"labels": {"v": "2"}}}, namespace="default")
-    w.prov.existing_nodes()
+    _read_nodes(w.prov)
     assert len(w.prov._pods) == cached  # one entry per pod, not per version
     for i in range(3):
         w.kube.delete(R.PODS, f"n1-p{i}", namespace="default")
